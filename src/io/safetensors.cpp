@@ -1,0 +1,138 @@
+#include "io/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace magi2 {
+
+using json = nlohmann::json;
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  auto f = std::shared_ptr<SafetensorsFile>(new SafetensorsFile());
+  f->file_ = MappedFile::open(path);
+  const size_t size = f->file_->size();
+  const unsigned char* p = f->file_->data();
+  if (size < 8)
+    throw Error(str_cat("safetensors '", path, "': file is truncated (", size,
+                        " bytes, less than the 8-byte header length)"));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | p[i];
+  if (n > kSafetensorsMaxHeader)
+    throw Error(str_cat("safetensors '", path, "': header length ", n, " exceeds the limit of ",
+                        kSafetensorsMaxHeader, " bytes"));
+  if (n > size - 8)
+    throw Error(str_cat("safetensors '", path, "': file is truncated (header of ", n,
+                        " bytes but only ", size - 8, " bytes follow)"));
+  f->data_start_ = 8 + n;
+  const size_t data_size = size - f->data_start_;
+  json h;
+  try {
+    h = json::parse(reinterpret_cast<const char*>(p + 8), reinterpret_cast<const char*>(p + 8 + n));
+  } catch (const json::exception& e) {
+    throw Error(str_cat("safetensors '", path, "': header is not valid JSON (", e.what(), ")"));
+  }
+  if (!h.is_object()) throw Error(str_cat("safetensors '", path, "': header is not a JSON object"));
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) throw Error(str_cat("safetensors '", path, "': __metadata__ is not an object"));
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          throw Error(str_cat("safetensors '", path, "': __metadata__ value '", m.key(),
+                              "' is not a string"));
+        f->metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](const std::string& why) {
+      return Error(str_cat("safetensors '", path, "': tensor '", name, "': ", why));
+    };
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      throw bad("entry needs dtype, shape and data_offsets");
+    SafetensorsEntry e;
+    e.name = name;
+    if (!v["dtype"].is_string() || !dtype_from_name(v["dtype"].get<std::string>(), &e.dtype))
+      throw bad(str_cat("unknown dtype ", v["dtype"].dump()));
+    if (!v["shape"].is_array()) throw bad("shape is not an array");
+    unsigned __int128 numel = 1;
+    for (const auto& d : v["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0) throw bad(str_cat("bad dimension ", d.dump()));
+      e.shape.push_back(d.get<int64_t>());
+      numel *= static_cast<uint64_t>(d.get<int64_t>());
+      if (numel > (static_cast<unsigned __int128>(1) << 62)) throw bad("shape overflows");
+    }
+    const json& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      throw bad("data_offsets must be two non-negative integers");
+    e.begin = off[0].get<uint64_t>();
+    e.end = off[1].get<uint64_t>();
+    if (e.end < e.begin) throw bad(str_cat("data_offsets [", e.begin, ", ", e.end, "] are reversed"));
+    if (e.end > data_size)
+      throw bad(str_cat("data_offsets [", e.begin, ", ", e.end, "] lie outside the file (data section has ",
+                        data_size, " bytes)"));
+    const unsigned __int128 want = numel * dtype_size(e.dtype);
+    if (want != e.end - e.begin)
+      throw bad(str_cat("byte size ", e.end - e.begin, " does not match dtype ", dtype_name(e.dtype),
+                        " x shape ", shape_str(e.shape), " = ", static_cast<uint64_t>(want), " bytes"));
+    f->entries_.push_back(std::move(e));
+  }
+  std::vector<size_t> order(f->entries_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return f->entries_[a].begin < f->entries_[b].begin;
+  });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const auto& a = f->entries_[order[i - 1]];
+    const auto& b = f->entries_[order[i]];
+    if (b.begin < a.end && b.end > b.begin && a.end > a.begin)
+      throw Error(str_cat("safetensors '", path, "': tensors '", a.name, "' and '", b.name,
+                          "' overlap (bytes [", a.begin, ", ", a.end, ") and [", b.begin, ", ", b.end, "))"));
+  }
+  for (size_t i = 0; i < f->entries_.size(); ++i) f->index_[f->entries_[i].name] = i;
+  return f;
+}
+
+const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) throw Error(str_cat("safetensors '", path(), "': no tensor '", name, "'"));
+  return entries_[it->second];
+}
+
+Tensor SafetensorsFile::tensor(const std::string& name) const {
+  const auto& e = entry(name);
+  auto* ptr = const_cast<unsigned char*>(file_->data() + data_start_ + e.begin);
+  // Views alias the mapping; the shared_ptr keeps the mapping alive.
+  return Tensor::view_of(ptr, e.shape, e.dtype, std::static_pointer_cast<void>(file_));
+}
+
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  json h = json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  size_t off = 0;
+  for (const auto& [name, t] : tensors) {
+    MAGI2_CHECK(t.device() == Device::CPU && t.is_contiguous(), "write_safetensors: tensor '", name,
+                "' must be a contiguous CPU tensor");
+    MAGI2_CHECK(!h.contains(name), "write_safetensors: duplicate tensor name '", name, "'");
+    h[name] = {{"dtype", std::string(dtype_name(t.dtype()))},
+               {"shape", t.shape()},
+               {"data_offsets", {off, off + t.nbytes()}}};
+    off += t.nbytes();
+  }
+  std::string hs = h.dump();
+  while ((8 + hs.size()) % 8) hs.push_back(' ');  // align the data section to 8 bytes
+  std::string out;
+  out.reserve(8 + hs.size() + off);
+  uint64_t n = hs.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  out += hs;
+  for (const auto& [name, t] : tensors) out.append(static_cast<const char*>(t.data()), t.nbytes());
+  write_file_atomic(path, out);
+}
+
+}  // namespace magi2

@@ -1,0 +1,59 @@
+#include "util/testing.h"
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace magi2::test {
+
+std::string golden_dir() {
+  if (const char* e = std::getenv("MAGI2_GOLDEN_DIR")) return e;
+  return MAGI2_DEFAULT_GOLDEN_DIR;
+}
+
+std::string magi2_binary() { return MAGI2_BINARY_PATH; }
+
+std::string temp_dir(const std::string& tag) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::temp_directory_path() / ("magi2_test_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+Diff compare(const Tensor& a, const Tensor& b) {
+  MAGI2_CHECK(a.numel() == b.numel(), "compare: numel ", a.numel(), " vs ", b.numel());
+  MAGI2_CHECK(a.is_contiguous() && b.is_contiguous(), "compare: needs contiguous tensors");
+  const Tensor& ac = a;
+  double num = 0, den = 0, mx = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double x = ac.get_f32(i), y = b.get_f32(i);
+    num += (x - y) * (x - y);
+    den += y * y;
+    mx = std::max(mx, std::fabs(x - y));
+  }
+  Diff d;
+  d.rel_rms = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  d.max_abs = mx;
+  d.ref_rms = std::sqrt(den / std::max<int64_t>(1, a.numel()));
+  return d;
+}
+
+int run_command(const std::string& cmd, std::string* output) {
+  std::string full = cmd + " 2>&1";
+  FILE* f = ::popen(full.c_str(), "r");
+  if (!f) return -1;
+  std::array<char, 4096> buf;
+  std::string out;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
+  int st = ::pclose(f);
+  if (output) *output = out;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace magi2::test

@@ -1,0 +1,11 @@
+#include "commands.h"
+
+#include <CLI/CLI.hpp>
+
+namespace magi2::cli {
+
+bool Command::parsed() const { return sub != nullptr && sub->parsed(); }
+
+std::vector<Command> all_commands() { return {inspect_command(), forward_command()}; }
+
+}  // namespace magi2::cli

@@ -1,0 +1,29 @@
+// Subcommand registry for the magi2 binary.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace magi2::cli {
+
+/// One subcommand: `add` registers its options on the app and returns the
+/// subcommand; `run` executes it after parsing and returns the exit code.
+struct Command {
+  std::function<CLI::App*(CLI::App&)> add_fn;
+  std::function<int()> run;
+  CLI::App* sub = nullptr;
+  void add(CLI::App& app) { sub = add_fn(app); }
+  bool parsed() const;
+};
+
+Command inspect_command();
+Command forward_command();
+
+/// All subcommands, in help order.
+std::vector<Command> all_commands();
+
+}  // namespace magi2::cli
