@@ -1,4 +1,63 @@
-#include "ops/ops.h"
+// The CPU reference backend: OpenMP over rows, results independent of the
+// thread count (each row is computed by one thread in a fixed order).
+#include <omp.h>
+
+#include <cstring>
+
+#include "cpu/cpu_common.h"
+#include "cpu/cpu_ops.h"
+
 namespace magi2 {
-std::unique_ptr<Backend> make_cpu_backend(int) { throw Error("cpu backend: not implemented yet"); }
+namespace cpu {
+
+void check_2d(const Tensor& t, int64_t rows, int64_t cols, const char* what) {
+  MAGI2_CHECK(t.defined(), what, ": tensor is missing");
+  MAGI2_CHECK(t.device() == Device::CPU, what, ": expected a CPU tensor");
+  MAGI2_CHECK(t.dim() == 2 && t.shape()[0] == rows && t.shape()[1] == cols && t.strides()[1] == 1, what,
+              ": expected [", rows, ", ", cols, "] with unit column stride, got ", shape_str(t.shape()));
 }
+
+void check_groups(const Groups& g, int64_t rows, const char* what) {
+  MAGI2_CHECK(g.count >= 1 && g.count <= 3 && g.cu[0] == 0 && g.cu[g.count] == rows, what,
+              ": row groups do not cover ", rows, " rows");
+  for (int m = 0; m < g.count; ++m) MAGI2_CHECK(g.cu[m] <= g.cu[m + 1], what, ": row groups not ordered");
+}
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) {
+    if (threads > 0) omp_set_num_threads(threads);
+  }
+  Device device() const override { return Device::CPU; }
+  const char* name() const override { return "cpu"; }
+  Tensor alloc(const Shape& shape, DType dtype) override { return Tensor::zeros(shape, dtype); }
+  void zero(const Tensor& t) override {
+    MAGI2_CHECK(t.is_contiguous(), "zero: needs a contiguous tensor");
+    std::memset(t.data(), 0, t.nbytes());
+  }
+  void rms_norm(const RmsNormParams& p) override { cpu::rms_norm(p); }
+  void linear(const LinearParams& p) override { cpu::linear(p); }
+  void swiglu7(const SwiGLU7Params& p) override { cpu::swiglu7(p); }
+  void gather_rows(const GatherRowsParams& p) override { cpu::gather_rows(p); }
+  void rope_table(const RopeTableParams& p) override { cpu::rope_table(p); }
+  void rope(const RopeParams& p) override { cpu::rope(p); }
+  void attention(const AttentionParams& p) override { cpu::attention(p); }
+  void gate(const GateParams& p) override { cpu::gate(p); }
+  void add(const AddParams& p) override { cpu::add(p); }
+  void copy_cols(const CopyColsParams& p) override { cpu::copy_cols(p); }
+  void cast(const CastParams& p) override { cpu::cast(p); }
+  void mhc_logits(const MhcLogitsParams& p) override { cpu::mhc_logits(p); }
+  void mhc_pre(const MhcPreParams& p) override { cpu::mhc_pre(p); }
+  void mhc_post_res(const MhcPostResParams& p) override { cpu::mhc_post_res(p); }
+  void moe_route(const MoeRouteParams& p) override { cpu::moe_route(p); }
+  void moe_experts(const MoeExpertsParams& p) override { cpu::moe_experts(p); }
+};
+
+}  // namespace
+}  // namespace cpu
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<cpu::CpuBackend>(threads); }
+
+}  // namespace magi2

@@ -48,13 +48,16 @@ struct Groups {
 };
 
 /// RMSNorm with gain (1 + w): y = cast(x * rsqrt(mean(x^2) + eps) * (w_m + 1)).
-/// Spec §4.1. x [R, d] bf16|f32, w [G*d] f32 (set m = elements [m*d, (m+1)*d)),
-/// y [R, d] bf16|f32 (may alias x when dtypes match).
+/// Spec §4.1. x [R, heads*d] bf16|f32 (row-strided ok): each of the `heads`
+/// d-vectors of a row is normalised separately (q/k norms: one weight for all
+/// heads), w [G*d] f32 (set m = elements [m*d, (m+1)*d), chosen by the row's
+/// group), y [R, heads*d] bf16|f32 (may alias x when dtypes match).
 struct RmsNormParams {
   Tensor x;
   Tensor w;
   Tensor y;
   Groups groups;
+  int64_t heads = 1;
   float eps = 1e-6f;
 };
 

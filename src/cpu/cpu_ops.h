@@ -1,0 +1,26 @@
+// CPU reference implementations of the op interface (src/ops/ops.h), one
+// family per file. Each follows the R0 rounding points of spec magi2-dit.md §12.
+#pragma once
+
+#include "ops/ops.h"
+
+namespace magi2::cpu {
+
+void rms_norm(const RmsNormParams& p);          // norm.cpp
+void linear(const LinearParams& p);             // linear.cpp
+void swiglu7(const SwiGLU7Params& p);           // elementwise.cpp
+void gather_rows(const GatherRowsParams& p);    // elementwise.cpp
+void gate(const GateParams& p);                 // elementwise.cpp
+void add(const AddParams& p);                   // elementwise.cpp
+void copy_cols(const CopyColsParams& p);        // elementwise.cpp
+void cast(const CastParams& p);                 // elementwise.cpp
+void rope_table(const RopeTableParams& p);      // rope.cpp
+void rope(const RopeParams& p);                 // rope.cpp
+void attention(const AttentionParams& p);       // attention.cpp
+void mhc_logits(const MhcLogitsParams& p);      // mhc.cpp
+void mhc_pre(const MhcPreParams& p);            // mhc.cpp
+void mhc_post_res(const MhcPostResParams& p);   // mhc.cpp
+void moe_route(const MoeRouteParams& p);        // moe.cpp
+void moe_experts(const MoeExpertsParams& p);    // moe.cpp
+
+}  // namespace magi2::cpu

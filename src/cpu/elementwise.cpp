@@ -1,0 +1,112 @@
+// Element-wise ops: SwiGLU7 (spec §4.3), row gather (§3.9), attention gate
+// (§6 step 9), bf16 add, column copy (§3.8 time channels), casts.
+#include <cstring>
+#include <vector>
+
+#include "cpu/cpu_common.h"
+#include "cpu/cpu_ops.h"
+
+namespace magi2::cpu {
+
+void swiglu7(const SwiGLU7Params& p) {
+  const int64_t rows = p.u.size(0), half = p.z.size(1);
+  check_2d(p.u, rows, 2 * half, "swiglu7.u");
+  check_2d(p.z, rows, half, "swiglu7.z");
+  MAGI2_CHECK(p.u.dtype() == DType::BF16 && p.z.dtype() == DType::BF16, "swiglu7: u and z must be bf16");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* u = reinterpret_cast<const uint16_t*>(row_ptr(p.u, r));
+    uint16_t* z = reinterpret_cast<uint16_t*>(row_ptr(p.z, r));
+    for (int64_t i = 0; i < half; ++i) {
+      // std::fmin would drop NaN; the official clamp propagates it.
+      float g = bf16_bits_to_f32(u[2 * i]);
+      float l = bf16_bits_to_f32(u[2 * i + 1]);
+      g = g > 7.0f ? 7.0f : g;
+      l = l > 7.0f ? 7.0f : (l < -7.0f ? -7.0f : l);
+      const float s = g * sigmoid_f32(1.702f * g);
+      z[i] = f32_to_bf16_bits(s * (l + 1.0f));
+    }
+  }
+}
+
+void gather_rows(const GatherRowsParams& p) {
+  MAGI2_CHECK(p.index != nullptr, "gather_rows: index is missing");
+  const int64_t rows = p.dst.size(0), cols = p.dst.size(1);
+  MAGI2_CHECK(static_cast<int64_t>(p.index->size()) == rows, "gather_rows: index has ", p.index->size(),
+              " entries for ", rows, " rows");
+  check_2d(p.src, p.src.size(0), cols, "gather_rows.src");
+  check_2d(p.dst, rows, cols, "gather_rows.dst");
+  MAGI2_CHECK(p.src.dtype() == p.dst.dtype(), "gather_rows: dtype mismatch");
+  const size_t bytes = static_cast<size_t>(cols) * dtype_size(p.src.dtype());
+  const int64_t src_rows = p.src.size(0);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t s = (*p.index)[r];
+    MAGI2_ASSERT(s >= 0 && s < src_rows);
+    std::memcpy(row_ptr(p.dst, r), row_ptr(p.src, s), bytes);
+  }
+}
+
+void gate(const GateParams& p) {
+  const int64_t t = p.o.size(0), h = p.o.size(1), hd = p.o.size(2);
+  MAGI2_CHECK(p.o.dtype() == DType::BF16 && p.o.is_contiguous(), "gate.o: expected contiguous bf16 [T, H, hd]");
+  check_2d(p.g, t, h, "gate.g");
+  MAGI2_CHECK(p.g.dtype() == DType::BF16, "gate.g: expected bf16");
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < t; ++n) {
+    const uint16_t* g = reinterpret_cast<const uint16_t*>(row_ptr(p.g, n));
+    uint16_t* o = p.o.data_as<uint16_t>() + n * h * hd;
+    for (int64_t k = 0; k < h; ++k) {
+      const float s = round_bf16(sigmoid_f32(bf16_bits_to_f32(g[k])));
+      for (int64_t i = 0; i < hd; ++i)
+        o[k * hd + i] = f32_to_bf16_bits(bf16_bits_to_f32(o[k * hd + i]) * s);
+    }
+  }
+}
+
+void add(const AddParams& p) {
+  const int64_t rows = p.out.size(0), cols = p.out.size(1);
+  check_2d(p.a, rows, cols, "add.a");
+  check_2d(p.b, rows, cols, "add.b");
+  check_2d(p.out, rows, cols, "add.out");
+  MAGI2_CHECK(p.a.dtype() == DType::BF16 && p.b.dtype() == DType::BF16 && p.out.dtype() == DType::BF16,
+              "add: expected bf16 operands");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* a = reinterpret_cast<const uint16_t*>(row_ptr(p.a, r));
+    const uint16_t* b = reinterpret_cast<const uint16_t*>(row_ptr(p.b, r));
+    uint16_t* o = reinterpret_cast<uint16_t*>(row_ptr(p.out, r));
+    for (int64_t i = 0; i < cols; ++i) o[i] = f32_to_bf16_bits(bf16_bits_to_f32(a[i]) + bf16_bits_to_f32(b[i]));
+  }
+}
+
+void copy_cols(const CopyColsParams& p) {
+  const int64_t rows = p.src.size(0), cols = p.src.size(1);
+  check_2d(p.src, rows, cols, "copy_cols.src");
+  MAGI2_CHECK(p.dst.dim() == 2 && p.dst.size(0) == rows && p.col_begin >= 0 &&
+                  p.col_begin + cols <= p.dst.size(1),
+              "copy_cols: destination ", shape_str(p.dst.shape()), " cannot take columns [", p.col_begin, ", ",
+              p.col_begin + cols, ")");
+  MAGI2_CHECK(p.src.dtype() == DType::F32 && p.dst.dtype() == DType::F32, "copy_cols: expected f32");
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(reinterpret_cast<float*>(row_ptr(p.dst, r)) + p.col_begin, row_ptr(p.src, r),
+                static_cast<size_t>(cols) * 4);
+}
+
+void cast(const CastParams& p) {
+  const int64_t rows = p.dst.size(0), cols = p.dst.size(1);
+  check_2d(p.src, rows, cols, "cast.src");
+  check_2d(p.dst, rows, cols, "cast.dst");
+#pragma omp parallel
+  {
+    std::vector<float> buf(cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      load_row_f32(p.src, r, cols, buf.data());
+      store_row(p.dst, r, cols, buf.data());
+    }
+  }
+}
+
+}  // namespace magi2::cpu

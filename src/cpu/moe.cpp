@@ -1,0 +1,155 @@
+// Multi-head MoE: sigmoid router with expert bias (spec magi2-dit.md §8.2,
+// official inference/flash_mh_moe/route.py) and the routed experts with their
+// deterministic combination (spec §8.3-8.4, §11.1; official
+// inference/flash_mh_moe/triton/mh_moe_fwd.py in deterministic mode).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu/cpu_common.h"
+#include "cpu/cpu_ops.h"
+
+namespace magi2::cpu {
+
+void moe_route(const MoeRouteParams& p) {
+  const int64_t t = p.r.size(0);
+  const int mh = p.num_heads, ne = p.num_experts, k = p.top_k;
+  MAGI2_CHECK(mh > 0 && ne > 0 && k > 0 && k <= ne, "moe_route: bad head/expert/top-k counts");
+  const int64_t dh = p.r.size(1) / mh;
+  check_2d(p.r, t, mh * dh, "moe_route.r");
+  MAGI2_CHECK(p.r.dtype() == DType::BF16, "moe_route.r: expected bf16");
+  MAGI2_CHECK(p.gate.dtype() == DType::F32 && p.gate.shape() == Shape({mh * ne, dh}),
+              "moe_mlp.gate: expected [", mh * ne, ", ", dh, "] f32, got ", shape_str(p.gate.shape()));
+  MAGI2_CHECK(p.bias.dtype() == DType::F32 && p.bias.numel() == mh * ne, "router bias: expected ", mh * ne,
+              " f32 values");
+  const Shape out_shape{mh, t, k};
+  MAGI2_CHECK(p.idx.dtype() == DType::I32 && p.idx.shape() == out_shape, "moe_route.idx: expected I32 ",
+              shape_str(out_shape));
+  MAGI2_CHECK(p.weight.dtype() == DType::F32 && p.weight.shape() == out_shape,
+              "moe_route.weight: expected F32 ", shape_str(out_shape));
+  if (p.forced_idx.defined())
+    MAGI2_CHECK(p.forced_idx.dtype() == DType::I32 && p.forced_idx.shape() == out_shape,
+                "forced routing: expected I32 ", shape_str(out_shape), ", got ", shape_str(p.forced_idx.shape()));
+  if (p.margin.defined())
+    MAGI2_CHECK(p.margin.dtype() == DType::F32 && p.margin.shape() == Shape({mh, t}), "moe_route.margin shape");
+  const float* gate = p.gate.data_as<float>();
+  const float* bias = p.bias.data_as<float>();
+  int32_t* idx_out = p.idx.data_as<int32_t>();
+  float* w_out = p.weight.data_as<float>();
+  bool bad_forced = false;
+#pragma omp parallel
+  {
+    std::vector<float> x(dh), score(ne), sel(ne);
+    std::vector<int> order(ne);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t n = 0; n < t; ++n)
+      for (int h = 0; h < mh; ++h) {
+        const uint16_t* r = reinterpret_cast<const uint16_t*>(row_ptr(p.r, n)) + h * dh;
+        for (int64_t d = 0; d < dh; ++d) x[d] = bf16_bits_to_f32(r[d]);
+        for (int e = 0; e < ne; ++e) {
+          score[e] = sigmoid_f32(dot_f32(x.data(), gate + (static_cast<int64_t>(h) * ne + e) * dh, dh));
+          sel[e] = score[e] + bias[h * ne + e];
+        }
+        const int64_t base = (static_cast<int64_t>(h) * t + n) * k;
+        int32_t* idx = idx_out + base;
+        // Descending selection score, lowest expert id first on exact ties.
+        for (int e = 0; e < ne; ++e) order[e] = e;
+        const int take = std::min(k + 1, ne);
+        std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int a, int b) {
+          if (sel[a] != sel[b]) return sel[a] > sel[b];
+          return a < b;
+        });
+        if (p.margin.defined())
+          p.margin.data_as<float>()[h * t + n] = k < ne ? sel[order[k - 1]] - sel[order[k]] : INFINITY;
+        if (p.forced_idx.defined()) {
+          const int32_t* f = p.forced_idx.data_as<int32_t>() + base;
+          for (int j = 0; j < k; ++j) {
+            if (f[j] < 0 || f[j] >= ne) bad_forced = true;
+            idx[j] = std::clamp(f[j], 0, ne - 1);
+          }
+        } else {
+          for (int j = 0; j < k; ++j) idx[j] = order[j];
+        }
+        float l1 = 0.f;
+        for (int j = 0; j < k; ++j) l1 += std::fabs(score[idx[j]]);
+        const float denom = p.normalize ? std::max(l1, 1e-12f) : 1.0f;
+        for (int j = 0; j < k; ++j) {
+          const float pn = p.normalize ? score[idx[j]] / denom : score[idx[j]];
+          w_out[base + j] = pn * p.route_scale;
+        }
+      }
+  }
+  MAGI2_CHECK(!bad_forced, "forced routing: expert index out of range [0, ", ne, ")");
+}
+
+void moe_experts(const MoeExpertsParams& p) {
+  const int64_t t = p.r.size(0);
+  const int mh = p.num_heads, ne = p.num_experts, k = p.top_k;
+  MAGI2_CHECK(mh > 0 && ne > 0 && k > 0, "moe_experts: bad head/expert/top-k counts");
+  const int64_t dh = p.r.size(1) / mh;
+  check_2d(p.r, t, mh * dh, "moe_experts.r");
+  check_2d(p.out, t, mh * dh, "moe_experts.out");
+  MAGI2_CHECK(p.r.dtype() == DType::BF16 && p.out.dtype() == DType::BF16, "moe_experts: r and out must be bf16");
+  const int64_t de = p.w_gate.dim() == 3 ? p.w_gate.size(2) : 0;
+  const Shape up_shape{static_cast<int64_t>(mh) * ne, dh, de};
+  MAGI2_CHECK(p.w_gate.dtype() == DType::BF16 && p.w_gate.shape() == up_shape && p.w_up.shape() == up_shape &&
+                  p.w_up.dtype() == DType::BF16,
+              "moe_mlp.W_gate/W_up: expected ", shape_str(up_shape), " bf16");
+  MAGI2_CHECK(p.w_down.dtype() == DType::BF16 && p.w_down.shape() == Shape({static_cast<int64_t>(mh) * ne, de, dh}),
+              "moe_mlp.W_down: expected [", mh * ne, ", ", de, ", ", dh, "] bf16, got ",
+              shape_str(p.w_down.shape()));
+  const Shape route_shape{mh, t, k};
+  MAGI2_CHECK(p.idx.shape() == route_shape && p.idx.dtype() == DType::I32 && p.weight.shape() == route_shape &&
+                  p.weight.dtype() == DType::F32,
+              "moe_experts: idx/weight must be ", shape_str(route_shape));
+  const uint16_t* wg = p.w_gate.data_as<uint16_t>();
+  const uint16_t* wu = p.w_up.data_as<uint16_t>();
+  const uint16_t* wd = p.w_down.data_as<uint16_t>();
+#pragma omp parallel
+  {
+    std::vector<float> x(dh), g(de), u(de), z(de), y(dh), sum(dh);
+    std::vector<std::pair<int, int>> routes(k);
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t n = 0; n < t; ++n)
+      for (int h = 0; h < mh; ++h) {
+        const uint16_t* r = reinterpret_cast<const uint16_t*>(row_ptr(p.r, n)) + h * dh;
+        for (int64_t d = 0; d < dh; ++d) x[d] = bf16_bits_to_f32(r[d]);
+        const int64_t base = (static_cast<int64_t>(h) * t + n) * k;
+        for (int j = 0; j < k; ++j) routes[j] = {p.idx.data_as<int32_t>()[base + j], j};
+        // Combination order = ascending expert id (CSR order of the official scatter-back).
+        std::sort(routes.begin(), routes.end());
+        std::fill(sum.begin(), sum.end(), 0.f);
+        for (const auto& [e, j] : routes) {
+          const int64_t f = static_cast<int64_t>(h) * ne + e;
+          std::fill(g.begin(), g.end(), 0.f);
+          std::fill(u.begin(), u.end(), 0.f);
+          const uint16_t* wgf = wg + f * dh * de;
+          const uint16_t* wuf = wu + f * dh * de;
+          for (int64_t d = 0; d < dh; ++d) {
+            const float xd = x[d];
+            for (int64_t c = 0; c < de; ++c) {
+              g[c] += xd * bf16_bits_to_f32(wgf[d * de + c]);
+              u[c] += xd * bf16_bits_to_f32(wuf[d * de + c]);
+            }
+          }
+          for (int64_t c = 0; c < de; ++c) {
+            float gc = g[c] > 7.0f ? 7.0f : g[c];
+            float uc = u[c] > 7.0f ? 7.0f : (u[c] < -7.0f ? -7.0f : u[c]);
+            z[c] = round_bf16((gc * sigmoid_f32(1.702f * gc)) * (uc + 1.0f));
+          }
+          std::fill(y.begin(), y.end(), 0.f);
+          const uint16_t* wdf = wd + f * de * dh;
+          for (int64_t c = 0; c < de; ++c) {
+            const float zc = z[c];
+            for (int64_t d = 0; d < dh; ++d) y[d] += zc * bf16_bits_to_f32(wdf[c * dh + d]);
+          }
+          const float w = p.weight.data_as<float>()[base + j];
+          for (int64_t d = 0; d < dh; ++d) sum[d] += round_bf16(y[d] * w);
+        }
+        uint16_t* o = reinterpret_cast<uint16_t*>(row_ptr(p.out, n)) + h * dh;
+        for (int64_t d = 0; d < dh; ++d) o[d] = f32_to_bf16_bits(sum[d]);
+      }
+  }
+}
+
+}  // namespace magi2::cpu

@@ -1,0 +1,40 @@
+// RMSNorm (spec magi2-dit.md §4.1): fp32 math, gain (1 + w) per row group.
+#include <vector>
+
+#include "cpu/cpu_common.h"
+#include "cpu/cpu_ops.h"
+
+namespace magi2::cpu {
+
+void rms_norm(const RmsNormParams& p) {
+  const int64_t rows = p.x.size(0), cols = p.x.size(1);
+  MAGI2_CHECK(p.heads >= 1 && cols % p.heads == 0, "rms_norm: ", cols, " columns do not split into ", p.heads,
+              " heads");
+  const int64_t d = cols / p.heads;
+  check_2d(p.x, rows, cols, "rms_norm.x");
+  check_2d(p.y, rows, cols, "rms_norm.y");
+  check_groups(p.groups, rows, "rms_norm");
+  MAGI2_CHECK(p.w.dtype() == DType::F32 && p.w.numel() == d * p.groups.count, "rms_norm.w: expected ",
+              d * p.groups.count, " f32 values, got ", shape_str(p.w.shape()));
+  const float* w = p.w.data_as<float>();
+  // mean = fp32 sum * fp32(1/d), as torch's CUDA mean (spec §4.1 step 2).
+  const float inv_d = 1.0f / static_cast<float>(d);
+#pragma omp parallel
+  {
+    std::vector<float> x(cols);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      load_row_f32(p.x, r, cols, x.data());
+      const float* wm = w + static_cast<int64_t>(group_of(p.groups, r)) * d;
+      for (int64_t h = 0; h < p.heads; ++h) {
+        float* xh = x.data() + h * d;
+        const float ms = dot_f32(xh, xh, d) * inv_d;
+        const float rs = 1.0f / std::sqrt(ms + p.eps);
+        for (int64_t i = 0; i < d; ++i) xh[i] = (xh[i] * rs) * (wm[i] + 1.0f);
+      }
+      store_row(p.y, r, cols, x.data());
+    }
+  }
+}
+
+}  // namespace magi2::cpu

@@ -1,0 +1,129 @@
+// DiT forward driver (spec magi2-dit.md §5): inputs -> pre-adapter -> layers ->
+// post-adapter. Per-layer branches live in layer.cpp.
+#include "models/magi2_dit/dit.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "models/magi2_dit/workspace.h"
+
+namespace magi2 {
+
+Dit::Dit(const DitArch& arch, const DitWeights& weights, Backend& backend)
+    : arch_(arch), w_(weights), be_(backend) {
+  arch_.validate("Dit");
+  MAGI2_CHECK(static_cast<int>(w_.layers.size()) == arch_.num_layers, "Dit: weights have ", w_.layers.size(),
+              " layers, config says ", arch_.num_layers);
+}
+
+Dit::~Dit() = default;
+
+void Dit::validate(const DitInputs& in) const {
+  MAGI2_CHECK(in.x.defined() && in.x.dim() == 2 && in.x.dtype() == DType::F32,
+              "DiT input x: expected [N, C] f32, got ", shape_str(in.x.shape()));
+  const int64_t n = in.x.size(0);
+  MAGI2_CHECK(n > 0, "DiT input x: no tokens");
+  MAGI2_CHECK(in.x.size(1) >= 1 && in.x.size(1) <= arch_.max_in_channels(), "DiT input x: ", in.x.size(1),
+              " channels, expected at most ", arch_.max_in_channels());
+  check_tensor(in.coords, {n, 9}, DType::F32, "DiT input coords");
+  check_tensor(in.modality, {n}, DType::I32, "DiT input modality");
+  check_tensor(in.time_emb, {n, 64}, DType::F32, "DiT input time_emb");
+  MAGI2_CHECK(in.cu_seqlens.size() >= 2 && in.cu_seqlens.front() == 0 && in.cu_seqlens.back() == n,
+              "DiT input cu_seqlens: must start at 0 and end at N = ", n);
+  for (size_t i = 1; i < in.cu_seqlens.size(); ++i)
+    MAGI2_CHECK(in.cu_seqlens[i] >= in.cu_seqlens[i - 1], "DiT input cu_seqlens: not non-decreasing");
+  const int32_t* mod = in.modality.data_as<int32_t>();
+  const int64_t need[3] = {arch_.video_in_channels, arch_.audio_in_channels, arch_.text_in_channels};
+  for (int64_t i = 0; i < n; ++i) {
+    MAGI2_CHECK(mod[i] >= 0 && mod[i] <= 3, "DiT input modality: token ", i, " has modality ", mod[i],
+                " (expected 0..3)");
+    const int m = mod[i] == 3 ? 2 : mod[i];
+    MAGI2_CHECK(in.x.size(1) >= need[m] || m == 2, "DiT input x: ", in.x.size(1),
+                " channels cannot hold modality ", m, " features (", need[m], ")");
+  }
+}
+
+Tensor Dit::unpermute(const Tensor& t) const {
+  const int64_t n = ws_->n;
+  const int64_t cols = t.numel() / n;
+  Tensor src = t.is_contiguous() ? t.reshape({n, cols}) : t;
+  Tensor out = Tensor::zeros({n, src.size(1)}, t.dtype());
+  be_.gather_rows({.src = src, .dst = out, .index = &ws_->inv});
+  return out;
+}
+
+void Dit::dump(const DitRunOptions& opt, const std::string& name, const Tensor& permuted) const {
+  if (opt.dump) opt.dump(name, unpermute(permuted));
+}
+
+Tensor Dit::forward(const DitInputs& in, const DitRunOptions& opt) {
+  validate(in);
+  const int64_t n = in.x.size(0), c_pad = in.x.size(1);
+  if (!ws_ || ws_->n != n || ws_->x_p.size(1) != c_pad) ws_ = std::make_unique<DitWorkspace>(arch_, n, c_pad, be_);
+  DitWorkspace& ws = *ws_;
+  cu_seqlens_ = &in.cu_seqlens;
+
+  // Modality order (spec §3.9): TIME counts as TEXT; a stable counting sort so
+  // the permutation is a pure function of the modality vector.
+  const int32_t* mod = in.modality.data_as<int32_t>();
+  int64_t count[3] = {0, 0, 0};
+  for (int64_t i = 0; i < n; ++i) ++count[mod[i] == 3 ? 2 : mod[i]];
+  ws.groups3.count = 3;
+  ws.groups3.cu = {0, count[0], count[0] + count[1], n};
+  ws.groups1 = Groups::single(n);
+  ws.perm.assign(n, 0);
+  ws.inv.assign(n, 0);
+  int64_t next[3] = {0, count[0], count[0] + count[1]};
+  for (int64_t i = 0; i < n; ++i) {
+    const int m = mod[i] == 3 ? 2 : mod[i];
+    ws.perm[next[m]] = static_cast<int32_t>(i);
+    ws.inv[i] = static_cast<int32_t>(next[m]);
+    ++next[m];
+  }
+
+  be_.gather_rows({.src = in.x, .dst = ws.x_p, .index = &ws.perm});
+  be_.gather_rows({.src = in.time_emb, .dst = ws.temb_p, .index = &ws.perm});
+  be_.rope_table({.coords = in.coords, .bands = w_.rope_bands, .out = ws.rope});
+  if (opt.dump) opt.dump("rope", ws.rope);
+
+  // Pre-adapter (spec §3.8): one fp32 linear per modality on its first C_m channels.
+  const Tensor* emb_w[3] = {&w_.video_embedder_w, &w_.audio_embedder_w, &w_.text_embedder_w};
+  const Tensor* emb_b[3] = {&w_.video_embedder_b, &w_.audio_embedder_b, &w_.text_embedder_b};
+  const int64_t chans[3] = {arch_.video_in_channels, arch_.audio_in_channels, arch_.text_in_channels};
+  for (int m = 0; m < 3; ++m) {
+    const int64_t r0 = ws.groups3.cu[m], r1 = ws.groups3.cu[m + 1];
+    if (r0 == r1) continue;
+    // Text rows may be narrower than 5120 only when padding is absent: the
+    // packed width bounds what the embedder reads, zeros beyond are implied.
+    MAGI2_CHECK(c_pad >= chans[m], "DiT input x: ", c_pad, " channels, modality ", m, " needs ", chans[m]);
+    be_.linear({.x = ws.x_p.slice_rows(r0, r1).slice_cols(0, chans[m]),
+                .w = *emb_w[m],
+                .bias = *emb_b[m],
+                .y = ws.h0.slice_rows(r0, r1),
+                .groups = Groups::single(r1 - r0)});
+  }
+  dump(opt, "pre_adapter_x", ws.h0);
+  be_.copy_cols({.src = ws.temb_p, .dst = ws.h0, .col_begin = 0});
+  be_.cast({.src = ws.h0, .dst = ws.state});
+  dump(opt, "block_in", ws.state);
+
+  for (int l = 0; l < arch_.num_layers; ++l) layer(l, opt);
+
+  // Post-adapter (spec §3.11): fp32 RMSNorm + fp32 linear for video and audio rows.
+  be_.zero(ws.out_p);
+  const Tensor* fn[2] = {&w_.final_norm_video, &w_.final_norm_audio};
+  const Tensor* fl[2] = {&w_.final_linear_video, &w_.final_linear_audio};
+  for (int m = 0; m < 2; ++m) {
+    const int64_t r0 = ws.groups3.cu[m], r1 = ws.groups3.cu[m + 1];
+    if (r0 == r1) continue;
+    const Groups g = Groups::single(r1 - r0);
+    be_.rms_norm({.x = ws.state.slice_rows(r0, r1), .w = *fn[m], .y = ws.fin.slice_rows(r0, r1), .groups = g});
+    be_.linear({.x = ws.fin.slice_rows(r0, r1),
+                .w = *fl[m],
+                .y = ws.out_p.slice_rows(r0, r1).slice_cols(0, chans[m]),
+                .groups = g});
+  }
+  return unpermute(ws.out_p);
+}
+
+}  // namespace magi2

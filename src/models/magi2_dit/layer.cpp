@@ -1,0 +1,139 @@
+// One transformer layer (spec magi2-dit.md §5 Layer_l): mHC around an
+// attention branch (§6) and an MLP branch: dense SwiGLU7 (§7) or multi-head MoE (§8).
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "models/magi2_dit/dit.h"
+#include "models/magi2_dit/workspace.h"
+
+namespace magi2 {
+
+void Dit::layer(int l, const DitRunOptions& opt) {
+  DitWorkspace& ws = *ws_;
+  const DitLayerWeights& L = w_.layers[l];
+  const std::string p = "l" + std::to_string(l) + "_";
+  const Groups& gm = L.mm ? ws.groups3 : ws.groups1;
+  // c = 1/sqrt(4D) formed in double and applied as fp32 (spec §9.1).
+  const float c = static_cast<float>(1.0 / std::sqrt(static_cast<double>(arch_.virtual_width())));
+  const bool want = static_cast<bool>(opt.dump);
+
+  // Attention branch.
+  be_.mhc_logits({.state = ws.state, .norm_w = L.mhc_norm, .phi = L.phi_attn, .logits = ws.logits, .groups = gm});
+  be_.mhc_pre({.state = ws.state, .logits = ws.logits, .w = &L.mhc_attn, .a = ws.branch_in, .h_pre = ws.h_pre, .c = c});
+  if (want) dump(opt, p + "attn_in", ws.branch_in);
+  attention(l, ws.branch_in, ws.branch_out, opt);
+  if (want) dump(opt, p + "attn_out", ws.branch_out);
+  be_.mhc_post_res({.state = ws.state, .o = ws.branch_out, .logits = ws.logits, .w = &L.mhc_attn,
+                    .h_post = ws.h_post, .h_res = ws.h_res, .c = c});
+  if (want) {
+    dump(opt, p + "h_post_attn", ws.h_post);
+    dump(opt, p + "h_res_attn", ws.h_res);
+  }
+
+  // MLP branch: logits recomputed from the updated state.
+  be_.mhc_logits({.state = ws.state, .norm_w = L.mhc_norm, .phi = L.phi_mlp, .logits = ws.logits, .groups = gm});
+  be_.mhc_pre({.state = ws.state, .logits = ws.logits, .w = &L.mhc_mlp, .a = ws.branch_in, .h_pre = ws.h_pre, .c = c});
+  if (want) dump(opt, p + "mlp_in", ws.branch_in);
+  if (L.moe)
+    moe(l, ws.branch_in, ws.branch_out, opt);
+  else
+    dense_mlp(l, ws.branch_in, ws.branch_out);
+  if (want) dump(opt, p + "mlp_out", ws.branch_out);
+  be_.mhc_post_res({.state = ws.state, .o = ws.branch_out, .logits = ws.logits, .w = &L.mhc_mlp,
+                    .h_post = ws.h_post, .h_res = ws.h_res, .c = c});
+  if (want) {
+    dump(opt, p + "h_post_mlp", ws.h_post);
+    dump(opt, p + "h_res_mlp", ws.h_res);
+    dump(opt, p + "out", ws.state);
+  }
+}
+
+void Dit::attention(int l, const Tensor& a, const Tensor& out, const DitRunOptions& opt) {
+  DitWorkspace& ws = *ws_;
+  const DitLayerWeights& L = w_.layers[l];
+  const Groups& g = L.mm ? ws.groups3 : ws.groups1;
+  const int64_t n = ws.n, d = arch_.hidden_size, h = arch_.num_heads_q(), hd = arch_.head_dim;
+
+  be_.rms_norm({.x = a, .w = L.attn_pre_norm, .y = ws.xn, .groups = g});
+  be_.linear({.x = ws.xn, .w = L.linear_g, .y = ws.g, .groups = g});
+  be_.linear({.x = ws.xn, .w = L.linear_qkv, .y = ws.qkv, .groups = g});
+  // Per-head q/k RMSNorm to fp32 (one weight shared by the heads, spec §6 step 4).
+  be_.rms_norm({.x = ws.qkv.slice_cols(0, d), .w = L.q_norm, .y = ws.qf.reshape({n, d}), .groups = g, .heads = h});
+  be_.rms_norm({.x = ws.qkv.slice_cols(d, 2 * d), .w = L.k_norm, .y = ws.kf.reshape({n, d}), .groups = g, .heads = h});
+  // Back to original token order for RoPE and the attention core (spec §6 steps 5-7).
+  be_.rope({.x = ws.qf, .table = ws.rope, .out = ws.q, .src_rows = &ws.inv});
+  be_.rope({.x = ws.kf, .table = ws.rope, .out = ws.k, .src_rows = &ws.inv});
+  be_.gather_rows({.src = ws.qkv.slice_cols(2 * d, 3 * d), .dst = ws.v.reshape({n, d}), .index = &ws.inv});
+  be_.attention({.q = ws.q, .k = ws.k, .v = ws.v, .sinks = L.sinks, .o = ws.o, .cu_seqlens = cu_seqlens_,
+                 .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))});
+  be_.gather_rows({.src = ws.o.reshape({n, d}), .dst = ws.o_p.reshape({n, d}), .index = &ws.perm});
+  be_.gate({.o = ws.o_p, .g = ws.g});
+  be_.linear({.x = ws.o_p.reshape({n, d}), .w = L.linear_proj, .y = out, .groups = g});
+  (void)opt;
+}
+
+void Dit::dense_mlp(int l, const Tensor& a, const Tensor& out) {
+  DitWorkspace& ws = *ws_;
+  const DitLayerWeights& L = w_.layers[l];
+  be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3});
+  be_.linear({.x = ws.xn, .w = L.up_gate_proj, .y = ws.u, .groups = ws.groups3});
+  be_.swiglu7({.u = ws.u, .z = ws.z});
+  be_.linear({.x = ws.z, .w = L.down_proj, .y = out, .groups = ws.groups3});
+}
+
+void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& opt) {
+  DitWorkspace& ws = *ws_;
+  const DitLayerWeights& L = w_.layers[l];
+  const int64_t n = ws.n;
+  const int mh = arch_.moe_num_heads, ne = arch_.moe_num_experts, k = arch_.moe_top_k;
+  const int64_t ish = arch_.moe_shared_expert_intermediate_size;
+  const int64_t im = arch_.moe_modality_specific_expert_intermediate_size;
+  const std::string p = "l" + std::to_string(l) + "_";
+
+  be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3});
+  be_.linear({.x = ws.xn, .w = L.split_linear, .y = ws.r, .groups = ws.groups1});
+  if (opt.dump) dump(opt, p + "moe_x_heads", ws.r);
+
+  Tensor forced;
+  if (l < static_cast<int>(opt.forced_topk.size()) && opt.forced_topk[l].defined()) {
+    const Tensor& f = opt.forced_topk[l];
+    check_tensor(f, {mh, n, k}, DType::I32, str_cat("forced routing of layer ", l));
+    // Forced selections come in original token order; the MoE runs permuted.
+    for (int h = 0; h < mh; ++h)
+      be_.gather_rows({.src = f.slice_rows(h, h + 1).reshape({n, k}),
+                       .dst = ws.forced.slice_rows(h, h + 1).reshape({n, k}),
+                       .index = &ws.perm});
+    forced = ws.forced;
+  }
+  be_.moe_route({.r = ws.r, .gate = L.router_gate, .bias = w_.selection_bias(l), .idx = ws.topk_idx,
+                 .weight = ws.topk_w, .forced_idx = forced, .margin = opt.dump ? ws.margin : Tensor(),
+                 .num_heads = mh, .num_experts = ne, .top_k = k,
+                 .route_scale = static_cast<float>(arch_.moe_route_scale), .normalize = arch_.moe_route_norm});
+  if (opt.dump) {
+    Tensor idx_o = Tensor::zeros({mh, n, k}, DType::I32), mg_o = Tensor::zeros({mh, n}, DType::F32);
+    for (int h = 0; h < mh; ++h) {
+      be_.gather_rows({.src = ws.topk_idx.slice_rows(h, h + 1).reshape({n, k}),
+                       .dst = idx_o.slice_rows(h, h + 1).reshape({n, k}), .index = &ws.inv});
+      be_.gather_rows({.src = ws.margin.slice_rows(h, h + 1).reshape({n, 1}),
+                       .dst = mg_o.slice_rows(h, h + 1).reshape({n, 1}), .index = &ws.inv});
+    }
+    opt.dump(p + "moe_topk_idx", idx_o);
+    opt.dump(p + "moe_margin", mg_o);
+  }
+  be_.moe_experts({.r = ws.r, .w_gate = L.w_gate, .w_up = L.w_up, .w_down = L.w_down, .idx = ws.topk_idx,
+                   .weight = ws.topk_w, .out = ws.routed, .num_heads = mh, .num_experts = ne, .top_k = k});
+  be_.linear({.x = ws.routed, .w = L.merge_linear, .y = ws.merged, .groups = ws.groups1});
+
+  // Shared + modality-specific shared experts (spec §8.1): SwiGLU7 pairs never
+  // cross the boundary between the two fc1 outputs.
+  be_.linear({.x = ws.xn, .w = L.shared_fc1, .y = ws.su.slice_cols(0, 2 * ish), .groups = ws.groups1});
+  be_.linear({.x = ws.xn, .w = L.msh_fc1, .y = ws.su.slice_cols(2 * ish, 2 * ish + 2 * im), .groups = ws.groups3});
+  be_.swiglu7({.u = ws.su, .z = ws.sz});
+  be_.linear({.x = ws.sz.slice_cols(0, ish), .w = L.shared_fc2, .y = ws.s2, .groups = ws.groups1});
+  be_.linear({.x = ws.sz.slice_cols(ish, ish + im), .w = L.msh_fc2, .y = ws.m2, .groups = ws.groups3});
+  be_.add({.a = ws.s2, .b = ws.m2, .out = ws.s2});
+  be_.add({.a = ws.merged, .b = ws.s2, .out = out});
+}
+
+}  // namespace magi2

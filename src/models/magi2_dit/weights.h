@@ -1,0 +1,88 @@
+// DiT weights bound by official tensor name (spec magi2-dit.md §2; official
+// module tree of inference/model/magi2_preview.py `Transformer`).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "models/magi2_dit/config.h"
+#include "ops/ops.h"
+
+namespace magi2 {
+
+/// One transformer layer's tensors. Modality-specific tensors hold G = 3
+/// stacked sets in mm layers (spec §1.3, §2.8); unused members stay undefined.
+struct DitLayerWeights {
+  int index = 0;
+  bool mm = false;   ///< 3 modality sets for attention, dense MLP and mhc_norm
+  bool moe = false;  ///< multi-head MoE MLP (else dense SwiGLU7 MLP)
+  // mHC (spec §2.4, §9): fp32
+  Tensor mhc_norm;                   ///< [G*4*D]
+  Tensor phi_attn, phi_mlp;          ///< [4*D, 24], stored [in, out]
+  MhcBranchWeights mhc_attn, mhc_mlp;
+  // attention (spec §2.5)
+  Tensor attn_pre_norm;   ///< [G*D] f32
+  Tensor linear_g;        ///< [G*H, D] bf16
+  Tensor linear_qkv;      ///< [G*3*D, D] bf16, per modality [q | k | v]
+  Tensor linear_proj;     ///< [G*D, D] bf16
+  Tensor sinks;           ///< [1, H] f32
+  Tensor q_norm, k_norm;  ///< [G*hd] f32
+  // MLP pre-norm: dense and MoE layers both have 3 modality sets (spec §2.6-2.7)
+  Tensor mlp_pre_norm;    ///< [3*D] f32
+  // dense MLP (spec §2.6)
+  Tensor up_gate_proj;    ///< [3*2I, D] bf16, interleaved gate/up rows
+  Tensor down_proj;       ///< [3*D, I] bf16
+  // MoE (spec §2.7)
+  Tensor split_linear, merge_linear;  ///< [D, D] bf16
+  Tensor router_gate;                 ///< moe_mlp.gate [MH*E, DH] f32
+  Tensor w_gate, w_up;                ///< [MH*E, DH, DE] bf16
+  Tensor w_down;                      ///< [MH*E, DE, DH] bf16
+  Tensor expert_bias;                 ///< router.expert_bias [MH*E] f32 (training bias)
+  Tensor expert_bias_ema;             ///< router.expert_bias_ema [MH*E] f32 (used for selection)
+  Tensor shared_fc1, shared_fc2;      ///< [2*Ish, D], [D, Ish] bf16
+  Tensor msh_fc1, msh_fc2;            ///< modality_specific_shared_expert_fc1/fc2: [3*2*Im, D], [3*D, Im] bf16
+};
+
+/// All DiT tensors. Adapters are fp32 (spec §2.3).
+struct DitWeights {
+  Tensor video_embedder_w, video_embedder_b;  ///< [4D, 48], [4D]
+  Tensor audio_embedder_w, audio_embedder_b;  ///< [4D, 64], [4D]
+  Tensor text_embedder_w, text_embedder_b;    ///< [4D, 5120], [4D]
+  Tensor rope_bands;                          ///< [hd/8]
+  Tensor final_norm_video, final_norm_audio;  ///< [4D]
+  Tensor final_linear_video;                  ///< [48, 4D]
+  Tensor final_linear_audio;                  ///< [64, 4D]
+  std::vector<DitLayerWeights> layers;
+  size_t num_tensors = 0;
+  size_t num_bytes = 0;
+  /// Which router bias selects experts: expert_bias_ema (default, as the
+  /// official loader) or expert_bias when MAGI2_ROUTER_BIAS_SOURCE=main.
+  bool router_bias_from_ema = true;
+
+  /// Binds every official tensor of `arch` from `ckpt` (zero-copy where the
+  /// on-disk dtype is the parameter dtype, else an explicit converted copy).
+  /// Names may carry a leading "transformer." and "layers." = "block.layers."
+  /// (spec §2.1). Missing, unexpected and wrong-shape tensors are reported
+  /// together in one Error naming the checkpoint.
+  static DitWeights bind(const Checkpoint& ckpt, const DitArch& arch);
+
+  /// The selection bias of layer l (see router_bias_from_ema).
+  const Tensor& selection_bias(int l) const {
+    return router_bias_from_ema ? layers[l].expert_bias_ema : layers[l].expert_bias;
+  }
+};
+
+/// One expected tensor: official name, shape and parameter dtype.
+struct DitTensorSpec {
+  std::string name;
+  Shape shape;
+  DType dtype;
+};
+
+/// The full list of official DiT tensor names with shapes and dtypes for an
+/// architecture (spec §2.3-2.7), in module order. Used by the binder, by
+/// `magi2 inspect` and by `magi2 make-tiny`.
+std::vector<DitTensorSpec> dit_tensor_specs(const DitArch& arch);
+
+}  // namespace magi2

@@ -1,0 +1,63 @@
+// Activation buffers of one DiT forward, planned once per token count
+// (spec magi2-dit.md §5 shapes). Internal to the model.
+#pragma once
+
+#include <vector>
+
+#include "models/magi2_dit/config.h"
+#include "ops/ops.h"
+
+namespace magi2 {
+
+/// Every activation of a forward, allocated once for N tokens on the backend.
+/// Layer temporaries are shared by all layers (one layer runs at a time).
+class DitWorkspace {
+ public:
+  DitWorkspace(const DitArch& a, int64_t n, int64_t c_pad, Backend& be);
+
+  int64_t n = 0;
+  // Token bookkeeping (host): modality order and its inverse (spec §3.9).
+  std::vector<int32_t> perm;   ///< permuted row i holds original token perm[i]
+  std::vector<int32_t> inv;    ///< original token n sits at permuted row inv[n]
+  Groups groups3;              ///< video / audio / text row ranges (permuted order)
+  Groups groups1;              ///< one group of all rows
+
+  Tensor x_p;        ///< [N, C_pad] f32 inputs, permuted
+  Tensor temb_p;     ///< [N, 64] f32 time channels, permuted
+  Tensor rope;       ///< [N, 6*nb] f32, original order
+  Tensor h0;         ///< [N, 4D] f32 pre-adapter output
+  Tensor state;      ///< [N, 4D] bf16 mHC residual streams (permuted)
+  Tensor logits;     ///< [N, 24] f32 mHC logits
+  Tensor h_pre;      ///< [N, 4] f32
+  Tensor h_post;     ///< [N, 4] f32
+  Tensor h_res;      ///< [N, 16] f32
+  Tensor branch_in;  ///< [N, D] bf16
+  Tensor branch_out; ///< [N, D] bf16
+  Tensor xn;         ///< [N, D] bf16 pre-norm output
+  // attention
+  Tensor g;          ///< [N, H] bf16 gate logits
+  Tensor qkv;        ///< [N, 3D] bf16
+  Tensor qf, kf;     ///< [N, H, hd] f32 normed q, k (permuted)
+  Tensor q, k, v;    ///< [N, H, hd] bf16 (original order)
+  Tensor o;          ///< [N, H, hd] bf16 attention output (original order)
+  Tensor o_p;        ///< [N, H, hd] bf16 (permuted)
+  // dense MLP
+  Tensor u;          ///< [N, 2I] bf16
+  Tensor z;          ///< [N, I] bf16
+  // MoE
+  Tensor r;          ///< [N, D] bf16 split_linear output (= MoE heads)
+  Tensor routed;     ///< [N, D] bf16
+  Tensor merged;     ///< [N, D] bf16
+  Tensor su;         ///< [N, 2*(Ish+Im)] bf16 shared fc1 outputs
+  Tensor sz;         ///< [N, Ish+Im] bf16
+  Tensor s2, m2;     ///< [N, D] bf16
+  Tensor topk_idx;   ///< [MH, N, K] i32
+  Tensor topk_w;     ///< [MH, N, K] f32
+  Tensor margin;     ///< [MH, N] f32
+  Tensor forced;     ///< [MH, N, K] i32 forced selection, permuted
+  // post-adapter
+  Tensor fin;        ///< [N, 4D] f32 final norm output
+  Tensor out_p;      ///< [N, 64] f32 (permuted)
+};
+
+}  // namespace magi2
