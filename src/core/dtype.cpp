@@ -71,6 +71,8 @@ uint8_t f32_to_f8e4m3_bits(float f) {
   uint8_t sign = std::signbit(f) ? 0x80 : 0;
   float a = std::fabs(f);
   if (a >= 448.0f) return sign | 0x7e;  // saturate (e4m3fn has no inf)
+  // frexp(0) reports exponent 0, which would send zero down the normal path (-> 0xf8 = -256).
+  if (a == 0.0f) return sign;
   // Find the nearest representable value by exponent bucket, ties to even mantissa.
   int e;
   std::frexp(a, &e);  // a = m * 2^e, m in [0.5,1)

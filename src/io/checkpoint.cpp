@@ -67,6 +67,11 @@ Checkpoint Checkpoint::open(const std::string& path) {
         throw Error(str_cat("checkpoint '", path, "': tensor '", e.name, "' in shard '",
                             fs::path(c.shards_[s]->path()).filename().string(),
                             "' is not listed in the index weight_map"));
+      // A second copy in another shard would make the loaded weights depend on the index alone.
+      if (w->second != s)
+        throw Error(str_cat("checkpoint '", path, "': tensor '", e.name, "' is in two shards, '",
+                            fs::path(c.shards_[w->second]->path()).filename().string(), "' and '",
+                            fs::path(c.shards_[s]->path()).filename().string(), "'"));
     }
   return c;
 }

@@ -80,15 +80,18 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
                         " x shape ", shape_str(e.shape), " = ", static_cast<uint64_t>(want), " bytes"));
     f->entries_.push_back(std::move(e));
   }
-  std::vector<size_t> order(f->entries_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  // Empty tensors own no bytes and are left out: sorted between two overlapping
+  // tensors they would break the adjacent-pair check below and hide the overlap.
+  std::vector<size_t> order;
+  for (size_t i = 0; i < f->entries_.size(); ++i)
+    if (f->entries_[i].end > f->entries_[i].begin) order.push_back(i);
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return f->entries_[a].begin < f->entries_[b].begin;
   });
   for (size_t i = 1; i < order.size(); ++i) {
     const auto& a = f->entries_[order[i - 1]];
     const auto& b = f->entries_[order[i]];
-    if (b.begin < a.end && b.end > b.begin && a.end > a.begin)
+    if (b.begin < a.end)
       throw Error(str_cat("safetensors '", path, "': tensors '", a.name, "' and '", b.name,
                           "' overlap (bytes [", a.begin, ", ", a.end, ") and [", b.begin, ", ", b.end, "))"));
   }

@@ -1,16 +1,87 @@
-// `magi2 forward`: one DiT forward on packed inputs (testing and parity).
+// `magi2 forward`: one DiT forward on packed inputs in the golden schema
+// ({P}in_x, {P}in_coords, {P}in_modality, {P}in_cu_seqlens, {P}in_time_emb),
+// writing {P}out [N, 64] f32. For parity testing against the official code.
 #include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
 #include <memory>
 
 #include "commands.h"
 #include "core/error.h"
+#include "io/safetensors.h"
+#include "model_files.h"
+#include "models/magi2_dit/dit.h"
 
 namespace magi2::cli {
 
+namespace {
+
+struct ForwardArgs {
+  std::string config, transformer, inputs, prefix, routing_override, output;
+  int threads = 0;
+};
+
+Tensor input(const SafetensorsFile& f, const std::string& name) {
+  if (!f.contains(name)) throw Error(str_cat("inputs '", f.path(), "' have no tensor '", name, "'"));
+  return f.tensor(name);
+}
+
+int run_forward(const ForwardArgs& a) {
+  LoadedDit dit = load_dit(a.config, find_transformer_dir(a.transformer));
+  auto f = SafetensorsFile::open(a.inputs);
+  DitInputs in;
+  const std::string& p = a.prefix;
+  in.x = input(*f, p + "in_x").to(DType::F32);
+  in.coords = input(*f, p + "in_coords").to(DType::F32);
+  in.modality = input(*f, p + "in_modality").to(DType::I32);
+  in.time_emb = input(*f, p + "in_time_emb").to(DType::F32);
+  Tensor cu = input(*f, p + "in_cu_seqlens").to(DType::I32);
+  MAGI2_CHECK(cu.dim() == 1, "inputs: ", p, "in_cu_seqlens must be 1-D");
+  for (int64_t i = 0; i < cu.numel(); ++i) in.cu_seqlens.push_back(cu.data_as<int32_t>()[i]);
+
+  DitRunOptions opt;
+  if (!a.routing_override.empty()) {
+    auto r = SafetensorsFile::open(a.routing_override);
+    opt.forced_topk.resize(dit.config.arch.num_layers);
+    for (int l : dit.config.arch.moe_layers)
+      opt.forced_topk[l] = input(*r, p + "l" + std::to_string(l) + "_moe_topk_idx").to(DType::I32);
+  }
+  auto be = make_cpu_backend(a.threads);
+  Dit model(dit.config.arch, dit.weights, *be);
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor out = model.forward(in, opt);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  write_safetensors(a.output, {{p + "out", out}});
+  std::printf("forward: %lld tokens, %zu samples, %.1f ms (%s backend) -> %s [%s]\n",
+              static_cast<long long>(in.x.size(0)), in.cu_seqlens.size() - 1, ms, be->name(), a.output.c_str(),
+              (p + "out").c_str());
+  return 0;
+}
+
+}  // namespace
+
 Command forward_command() {
+  auto args = std::make_shared<ForwardArgs>();
   Command c;
-  c.add_fn = [](CLI::App& app) { return app.add_subcommand("forward", "run one DiT forward on packed inputs"); };
-  c.run = []() -> int { throw Error("forward: not implemented yet"); };
+  c.add_fn = [args](CLI::App& app) {
+    CLI::App* s = app.add_subcommand("forward", "run one DiT forward on packed inputs (parity testing)");
+    s->add_option("--config", args->config, "config in the official JSON layout (default: built-in release)")
+        ->envname("MAGI2_CONFIG");
+    s->add_option("--transformer", args->transformer, "DiT checkpoint folder (or the model root with preview/)")
+        ->required()
+        ->envname("MAGI2_TRANSFORMER");
+    s->add_option("--inputs", args->inputs, "safetensors with {P}in_x, {P}in_coords, {P}in_modality, "
+                                            "{P}in_cu_seqlens, {P}in_time_emb")
+        ->required();
+    s->add_option("--prefix", args->prefix, "tensor name prefix P (e.g. t2v_)");
+    s->add_option("--routing-override", args->routing_override,
+                  "testing: take the expert selection from {P}l{layer}_moe_topk_idx [heads,N,k] in this file");
+    s->add_option("-o,--output", args->output, "output safetensors, receives {P}out [N,64] f32")->required();
+    s->add_option("--threads", args->threads, "CPU threads (0: all)")->envname("MAGI2_THREADS")->check(
+        CLI::NonNegativeNumber);
+    return s;
+  };
+  c.run = [args]() { return run_forward(*args); };
   return c;
 }
 

@@ -1,6 +1,7 @@
 #include "models/magi2_dit/config.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -74,15 +75,41 @@ Magi2Config Magi2Config::release() {
 
 namespace {
 
+// Whether a JSON value has the kind a field needs. nlohmann's get<T>() converts
+// silently between numbers and booleans (4.5 -> 4, true -> 1, 2^32 -> 0), so the
+// kind is checked first; integers are accepted where a real number is expected.
+bool has_kind(const json& v, const int*) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(INT32_MAX);
+  return v.is_number_integer() && v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
+}
+bool has_kind(const json& v, const double*) { return v.is_number(); }
+bool has_kind(const json& v, const bool*) { return v.is_boolean(); }
+bool has_kind(const json& v, const std::string*) { return v.is_string(); }
+bool has_kind(const json& v, const std::vector<int>*) {
+  return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& x) {
+           return has_kind(x, static_cast<const int*>(nullptr));
+         });
+}
+
 // Reads `obj[key]` into `out` when present; a type mismatch names the key and file.
 template <typename T>
 void get(const json& obj, const char* key, T* out, const std::string& where, const std::string& src) {
   if (!obj.contains(key)) return;
-  try {
-    *out = obj.at(key).get<T>();
-  } catch (const json::exception&) {
-    throw Error(str_cat("config '", src, "': ", where, key, " has the wrong type (", obj.at(key).dump(), ")"));
-  }
+  const json& v = obj.at(key);
+  if (!has_kind(v, static_cast<const T*>(out)))
+    throw Error(str_cat("config '", src, "': ", where, key, " has the wrong type (", v.dump(), ")"));
+  *out = v.get<T>();
+}
+
+// The sub-object `obj[key]`, or null when absent. A present non-object is an error:
+// `"attn_gating": false` would otherwise be ignored and the default kept.
+const json* section(const json& obj, const char* key, const std::string& where, const std::string& src) {
+  if (!obj.contains(key)) return nullptr;
+  const json& v = obj.at(key);
+  if (!v.is_object())
+    throw Error(str_cat("config '", src, "': ", where, key, " has the wrong type (", v.dump(),
+                        "), expected an object"));
+  return &v;
 }
 
 void check_keys(const json& obj, std::initializer_list<const char*> known, const std::string& where,
@@ -107,8 +134,8 @@ Magi2Config Magi2Config::from_json_text(const std::string& text, const std::stri
   if (!j.contains("arch_config")) throw Error(str_cat("config '", src, "' has no arch_config"));
   Magi2Config c = release();
   c.source = src;
-  if (j.contains("engine_config")) {
-    const json& e = j["engine_config"];
+  if (const json* ep = section(j, "engine_config", "", src)) {
+    const json& e = *ep;
     get(e, "seed", &c.engine.seed, "engine_config.", src);
     get(e, "load", &c.engine.load, "engine_config.", src);
     get(e, "cp_size", &c.engine.cp_size, "engine_config.", src);
@@ -136,20 +163,24 @@ Magi2Config Magi2Config::from_json_text(const std::string& text, const std::stri
   get(a, "mm_layers", &r.mm_layers, w, src);
   get(a, "activation_type", &r.activation_type, w, src);
   get(a, "attn_softcap", &r.attn_softcap, w, src);
-  if (a.contains("attn_gating")) get(a["attn_gating"], "enable", &r.attn_gating, w + "attn_gating.", src);
-  if (a.contains("attn_sinks")) {
-    get(a["attn_sinks"], "enable", &r.attn_sinks, w + "attn_sinks.", src);
-    get(a["attn_sinks"], "sink_token_num", &r.sink_token_num, w + "attn_sinks.", src);
+  if (const json* g = section(a, "attn_gating", w, src)) {
+    check_keys(*g, {"enable"}, w + "attn_gating.", src);
+    get(*g, "enable", &r.attn_gating, w + "attn_gating.", src);
   }
-  if (a.contains("mhc_config")) {
-    const json& m = a["mhc_config"];
+  if (const json* sk = section(a, "attn_sinks", w, src)) {
+    check_keys(*sk, {"enable", "sink_token_num"}, w + "attn_sinks.", src);
+    get(*sk, "enable", &r.attn_sinks, w + "attn_sinks.", src);
+    get(*sk, "sink_token_num", &r.sink_token_num, w + "attn_sinks.", src);
+  }
+  if (const json* mp = section(a, "mhc_config", w, src)) {
+    const json& m = *mp;
     check_keys(m, {"enable", "num_stream", "alpha_init"}, w + "mhc_config.", src);
     get(m, "enable", &r.mhc_enable, w + "mhc_config.", src);
     get(m, "num_stream", &r.mhc_num_stream, w + "mhc_config.", src);
     get(m, "alpha_init", &r.mhc_alpha_init, w + "mhc_config.", src);
   }
-  if (a.contains("moe_config")) {
-    const json& m = a["moe_config"];
+  if (const json* mp = section(a, "moe_config", w, src)) {
+    const json& m = *mp;
     const std::string mw = w + "moe_config.";
     check_keys(m,
                {"num_experts", "top_k", "score_func", "route_norm", "route_scale", "moe_layers",
@@ -169,8 +200,8 @@ Magi2Config Magi2Config::from_json_text(const std::string& text, const std::stri
     get(m, "num_heads", &r.moe_num_heads, mw, src);
   }
   r.validate(src);
-  if (j.contains("evaluation_config")) {
-    const json& e = j["evaluation_config"];
+  if (const json* ep = section(j, "evaluation_config", "", src)) {
+    const json& e = *ep;
     const std::string ew = "evaluation_config.";
     EvaluationConfig& v = c.eval;
     get(e, "fps", &v.fps, ew, src);
@@ -188,8 +219,8 @@ Magi2Config Magi2Config::from_json_text(const std::string& text, const std::stri
     get(e, "use_skimmed_cfg_linear", &v.use_skimmed_cfg_linear, ew, src);
     get(e, "cfg_rescale", &v.cfg_rescale, ew, src);
     get(e, "num_inference_steps", &v.num_inference_steps, ew, src);
-    if (e.contains("data_proxy_config")) {
-      const json& d = e["data_proxy_config"];
+    if (const json* dp = section(e, "data_proxy_config", ew, src)) {
+      const json& d = *dp;
       const std::string dw = ew + "data_proxy_config.";
       get(d, "t_patch_size", &v.data_proxy.t_patch_size, dw, src);
       get(d, "patch_size", &v.data_proxy.patch_size, dw, src);
