@@ -49,7 +49,7 @@ void print_component(const fs::path& p, const char* label) {
 
 int run_inspect(const InspectArgs& a) {
   const std::string tdir = find_transformer_dir(a.dir);
-  Magi2Config cfg = load_config(a.config);
+  Magi2Config cfg = config_for_model(a.dir, a.config);
   std::printf("%s", cfg.summary().c_str());
   std::printf("components of %s:\n", a.dir.c_str());
   const fs::path root(a.dir);

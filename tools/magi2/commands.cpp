@@ -6,6 +6,6 @@ namespace magi2::cli {
 
 bool Command::parsed() const { return sub != nullptr && sub->parsed(); }
 
-std::vector<Command> all_commands() { return {inspect_command(), forward_command()}; }
+std::vector<Command> all_commands() { return {generate_command(), inspect_command(), forward_command(), make_tiny_command()}; }
 
 }  // namespace magi2::cli

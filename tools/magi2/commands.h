@@ -22,6 +22,8 @@ struct Command {
 
 Command inspect_command();
 Command forward_command();
+Command make_tiny_command();
+Command generate_command();
 
 /// All subcommands, in help order.
 std::vector<Command> all_commands();

@@ -26,6 +26,16 @@ Magi2Config load_config(const std::string& config_path) {
   return config_path.empty() ? Magi2Config::release() : Magi2Config::from_file(config_path);
 }
 
+Magi2Config config_for_model(const std::string& model_root, const std::string& config_path) {
+  if (!config_path.empty()) return Magi2Config::from_file(config_path);
+  if (!model_root.empty()) {
+    const fs::path p = fs::path(model_root) / "config.json";
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return Magi2Config::from_file(p.string());
+  }
+  return Magi2Config::release();
+}
+
 LoadedDit load_dit(const std::string& config_path, const std::string& transformer_dir) {
   LoadedDit d{load_config(config_path), Checkpoint::open(transformer_dir), {}};
   d.weights = DitWeights::bind(d.ckpt, d.config.arch);

@@ -19,6 +19,14 @@ std::string find_transformer_dir(const std::string& path);
 /// the built-in release config.
 Magi2Config load_config(const std::string& config_path);
 
+/// The config for a model folder: `config_path` when given (explicit --config
+/// wins), else `model_root`/config.json when that file exists (the layout of
+/// `magi2 make-tiny` and of shared/golden/dit_tiny), else the built-in release
+/// config. `model_root` may be empty or a DiT checkpoint folder (no
+/// config.json: release config). Errors: those of Magi2Config::from_file
+/// (unreadable file, bad JSON, bad key), naming the file.
+Magi2Config config_for_model(const std::string& model_root, const std::string& config_path);
+
 /// A loaded DiT: config, open checkpoint and bound weights.
 struct LoadedDit {
   Magi2Config config;

@@ -1,0 +1,79 @@
+// Bad input to the magi2 binary: one clear line on stderr naming the thing at
+// fault and a non-zero exit, and no output file left behind.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "util/testing.h"
+
+namespace magi2::test {
+namespace {
+
+struct CliRun {
+  int rc;
+  std::string out;
+};
+
+CliRun magi2(const std::string& args) {
+  CliRun r;
+  r.rc = run_command(magi2_binary() + " " + args, &r.out);
+  return r;
+}
+
+std::string golden(const std::string& p) { return golden_dir() + "/dit_tiny/" + p; }
+
+// Common flags of a tiny generate run on the golden model.
+std::string gen(const std::string& extra) {
+  return "generate --model " + golden("") + " --transformer " + golden("ckpt") + " --text-features " +
+         golden("dit_io.safetensors") + " --seconds 0.4 --width 96 --height 64 " + extra;
+}
+
+void expect_one_line_error(const CliRun& r, const std::string& must_contain) {
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find(must_contain), std::string::npos) << "missing '" << must_contain << "' in: " << r.out;
+  const auto first = r.out.find("error");
+  ASSERT_NE(first, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("error", first + 1), std::string::npos) << "more than one error line: " << r.out;
+}
+
+TEST(CliErrors, UnknownResolution) {
+  expect_one_line_error(magi2(gen("--resolution 1080p --save-latents /tmp/x.safetensors")), "--resolution");
+}
+
+TEST(CliErrors, StepsBelowOne) {
+  CliRun r = magi2(gen("--num-inference-steps 0 --save-latents /tmp/x.safetensors"));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.out.find("num-inference-steps"), std::string::npos) << r.out;
+}
+
+TEST(CliErrors, MissingFiles) {
+  expect_one_line_error(magi2("inspect /nonexistent/model"), "/nonexistent/model");
+  expect_one_line_error(magi2("forward --transformer " + golden("ckpt") + " --config " + golden("config.json") +
+                              " --inputs /nonexistent.safetensors -o /tmp/o.safetensors"),
+                        "/nonexistent.safetensors");
+  expect_one_line_error(magi2(gen("--noise /nonexistent_noise.safetensors --save-latents /tmp/x.safetensors")),
+                        "/nonexistent_noise.safetensors");
+}
+
+TEST(CliErrors, MismatchedShapes) {
+  // The golden dit_io noise is not what this request's latent shape needs (10 s clip).
+  const std::string out = temp_dir("cli_shapes") + "/lat.safetensors";
+  CliRun r = magi2("generate --model " + golden("") + " --transformer " + golden("ckpt") + " --text-features " +
+                golden("dit_io.safetensors") + " --seconds 0.8 --width 96 --height 64 --noise " +
+                golden("sampler.safetensors") + " --num-inference-steps 1 --save-latents " + out);
+  expect_one_line_error(r, "initial video noise");
+  EXPECT_FALSE(std::filesystem::exists(out));
+  // A config whose arch does not fit the checkpoint: every mismatch in one error.
+  expect_one_line_error(magi2("inspect " + golden("ckpt")), "does not match the DiT config");
+}
+
+TEST(CliErrors, PromptWithoutTextEncoderIsExplained) {
+  expect_one_line_error(magi2("generate --model " + golden("") + " --prompt hello --save-latents /tmp/x.safetensors"),
+                        "--text-features");
+}
+
+TEST(CliErrors, NoOutput) { expect_one_line_error(magi2(gen("")), "--save-latents"); }
+
+}  // namespace
+}  // namespace magi2::test

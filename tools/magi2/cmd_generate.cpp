@@ -1,0 +1,199 @@
+// `magi2 generate`: conditioning -> denoising loop -> latents (and, once the
+// decoders land, the MP4). Official CLI nouns (inference/pipeline/entry.py);
+// every option has a MAGI2_* environment mirror.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "io/mmap_file.h"
+#include "io/safetensors.h"
+#include "model_files.h"
+#include "models/magi2_dit/dit.h"
+#include "pipeline/generate.h"
+#include "tiny_model.h"
+
+namespace magi2::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model = "builtin:tiny", config, transformer;
+  std::string prompt, prompt_file, image, samples, output;
+  std::string resolution = "272p";
+  double seconds = 10.0;
+  int width = 0, height = 0;
+  int64_t seed = 42;
+  int steps = 0;
+  bool deterministic = false, no_decode = false;
+  std::string save_latents, text_features, noise, routing_override, metrics;
+  int threads = 0;
+};
+
+Tensor need(const SafetensorsFile& f, const std::string& name, const char* flag) {
+  if (!f.contains(name)) throw Error(str_cat(flag, " file '", f.path(), "' has no tensor '", name, "'"));
+  return f.tensor(name);
+}
+
+// Progress: a redrawn bar on a terminal, one plain line per step otherwise.
+bool report_step(const GenerateStep& s, double elapsed_ms) {
+  const double eta_s = elapsed_ms / (s.step + 1) * (s.steps - s.step - 1) / 1000.0;
+  if (::isatty(STDERR_FILENO)) {
+    const int width = 30, done = (s.step + 1) * width / s.steps;
+    std::fprintf(stderr, "\r[%.*s%*s] %d/%d  %.0f ms/step  ETA %.0f s ", done, "##############################",
+                 width - done, "", s.step + 1, s.steps, s.ms, eta_s);
+    if (s.step + 1 == s.steps) std::fprintf(stderr, "\n");
+  } else {
+    std::fprintf(stderr, "step %d/%d t=%lld %.1f ms eta %.1f s\n", s.step + 1, s.steps,
+                 static_cast<long long>(s.timestep), s.ms, eta_s);
+  }
+  return true;
+}
+
+int run_generate(const GenerateArgs& a) {
+  using clock = std::chrono::steady_clock;
+  const auto t_start = clock::now();
+  auto ms_since = [](clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+  };
+  // Flag validation first: nothing is loaded for an impossible request.
+  MAGI2_CHECK(!(a.prompt.empty() && a.prompt_file.empty() && a.samples.empty() && a.text_features.empty()),
+              "nothing to generate: give --prompt, --prompt-file, --samples or --text-features");
+  if (a.text_features.empty())
+    throw Error("--prompt/--prompt-file/--samples need the Qwen3.5 text encoder, which is not built in yet: "
+                "pass --text-features FILE (tensors raw_txt_feat, raw_null_txt_feat)");
+  MAGI2_CHECK(a.image.empty(), "--image (I2VA) needs the Wan2.2 VAE encoder, which is not built in yet");
+  MAGI2_CHECK(a.resolution == "272p" || a.resolution == "540p", "--resolution must be 272p or 540p, got '",
+              a.resolution, "'");
+  MAGI2_CHECK((a.width == 0) == (a.height == 0), "--width and --height go together");
+  MAGI2_CHECK(a.steps >= 0, "--num-inference-steps must be >= 1, got ", a.steps);
+  MAGI2_CHECK(!a.save_latents.empty() || !a.output.empty(),
+              "no output: give --save-latents FILE (or -o FILE.safetensors)");
+  if (!a.no_decode)
+    std::fprintf(stderr, "magi2: note: the video/audio decoders are not built in yet; stopping at the latents\n");
+
+  const std::string root = resolve_model(a.model);
+  const std::string tdir = find_transformer_dir(a.transformer.empty() ? root : a.transformer);
+  Magi2Config cfg = config_for_model(root, a.config);
+  Checkpoint ckpt = Checkpoint::open(tdir);
+  DitWeights weights = DitWeights::bind(ckpt, cfg.arch);
+  const double load_ms = ms_since(t_start);
+
+  GenerateRequest req;
+  const int64_t w = a.width ? a.width : (a.resolution == "272p" ? 448 : 896);
+  const int64_t h = a.height ? a.height : (a.resolution == "272p" ? 256 : 512);
+  req.latent = latent_shape_for_clip(a.seconds, w, h, cfg.eval.fps);
+  req.latent.channels = cfg.arch.video_in_channels;
+  req.latent.audio_channels = cfg.arch.audio_in_channels;
+  auto tf = SafetensorsFile::open(a.text_features);
+  req.text_cond = need(*tf, "raw_txt_feat", "--text-features");
+  req.text_uncond = need(*tf, "raw_null_txt_feat", "--text-features");
+  req.num_steps = a.steps ? a.steps : cfg.eval.num_inference_steps;
+  req.shift = cfg.eval.shift;
+  req.seed = static_cast<uint64_t>(a.seed);
+  req.cfg.video_txt_guidance_scale = cfg.eval.video_txt_guidance_scale;
+  req.cfg.audio_txt_guidance_scale = cfg.eval.audio_txt_guidance_scale;
+  req.cfg.use_cfg_trick = cfg.eval.use_cfg_trick;
+  req.cfg.use_dynamic_cfg = cfg.eval.use_dynamic_cfg;
+  req.cfg.use_skimmed_cfg_linear = cfg.eval.use_skimmed_cfg_linear;
+  req.cfg.cfg_rescale = cfg.eval.cfg_rescale;
+  if (!a.noise.empty()) {
+    auto nf = SafetensorsFile::open(a.noise);
+    req.init_latent = need(*nf, "loop_init_latent", "--noise");
+    req.init_audio_latent = need(*nf, "loop_init_audio_latent", "--noise");
+  }
+  if (!a.routing_override.empty()) {
+    auto rf = SafetensorsFile::open(a.routing_override);
+    req.routing_override.resize(cfg.arch.num_layers);
+    for (int l : cfg.arch.moe_layers)
+      req.routing_override[l] = need(*rf, "loop_l" + std::to_string(l) + "_moe_topk_idx", "--routing-override");
+  }
+  const auto t_loop = clock::now();
+  req.on_step = [&](GenerateStep& s) { return report_step(s, ms_since(t_loop)); };
+
+  auto be = make_cpu_backend(a.threads);
+  Dit dit(cfg.arch, weights, *be);
+  std::fprintf(stderr, "magi2: %s, %lld x %lld px, %.2f s -> latent %lldx%lldx%lld + %lld audio frames, %d steps, seed %lld\n",
+               tdir.c_str(), (long long)w, (long long)h, a.seconds, (long long)req.latent.frames,
+               (long long)req.latent.height, (long long)req.latent.width, (long long)req.latent.audio_frames,
+               req.num_steps, (long long)a.seed);
+  GenerateResult r = generate_latents(dit, req);
+  const double loop_ms = ms_since(t_loop);
+
+  const std::string out = !a.save_latents.empty() ? a.save_latents : a.output;
+  write_safetensors(out, {{"final_latent", r.latent}, {"final_audio_latent", r.audio_latent}});
+  std::printf("wrote %s (final_latent %s, final_audio_latent %s)\n", out.c_str(), shape_str(r.latent.shape()).c_str(),
+              shape_str(r.audio_latent.shape()).c_str());
+  if (!a.metrics.empty()) {
+    struct rusage ru {};
+    ::getrusage(RUSAGE_SELF, &ru);
+    nlohmann::json m = {{"backend", be->name()},
+                        {"tokens_per_forward", r.tokens},
+                        {"steps", r.step_ms.size()},
+                        {"step_ms", r.step_ms},
+                        {"phase_ms", {{"load", load_ms}, {"denoise", loop_ms}, {"total", ms_since(t_start)}}},
+                        {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
+                        {"seed", a.seed},
+                        {"latents", out}};
+    write_file_atomic(a.metrics, m.dump(2) + "\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command generate_command() {
+  auto args = std::make_shared<GenerateArgs>();
+  Command c;
+  c.add_fn = [args](CLI::App& app) {
+    CLI::App* s = app.add_subcommand("generate", "generate a clip (currently: to the final latents)");
+    GenerateArgs& a = *args;
+    s->add_option("--model", a.model, "model folder (official layout) or builtin:tiny")->envname("MAGI2_MODEL")
+        ->capture_default_str();
+    s->add_option("--config", a.config, "config in the official JSON layout")->envname("MAGI2_CONFIG");
+    s->add_option("--transformer", a.transformer, "DiT checkpoint folder (overrides MODEL/preview)")
+        ->envname("MAGI2_TRANSFORMER");
+    s->add_option("--prompt", a.prompt, "text prompt")->envname("MAGI2_PROMPT");
+    s->add_option("--prompt-file", a.prompt_file, "file holding the prompt")->envname("MAGI2_PROMPT_FILE");
+    s->add_option("--image", a.image, "reference image (I2VA)")->envname("MAGI2_IMAGE");
+    s->add_option("--samples", a.samples, "JSON batch file [{\"prompt\"|\"prompt_file\", \"image\"}]")
+        ->envname("MAGI2_SAMPLES");
+    s->add_option("-o,--output", a.output, "output file")->envname("MAGI2_OUTPUT");
+    s->add_option("--resolution", a.resolution, "272p (448x256) or 540p (896x512)")->envname("MAGI2_RESOLUTION")
+        ->capture_default_str();
+    s->add_option("--seconds", a.seconds, "clip length in seconds")->envname("MAGI2_SECONDS")->capture_default_str();
+    s->add_option("--width", a.width, "video width in pixels (multiple of 16; overrides --resolution)")
+        ->envname("MAGI2_WIDTH");
+    s->add_option("--height", a.height, "video height in pixels (multiple of 16)")->envname("MAGI2_HEIGHT");
+    s->add_option("--seed", a.seed, "noise seed")->envname("MAGI2_SEED")->capture_default_str();
+    s->add_option("--num-inference-steps", a.steps, "denoising steps (default: the config's, 100)")
+        ->envname("MAGI2_NUM_INFERENCE_STEPS")->check(CLI::PositiveNumber);
+    s->add_flag("--deterministic", a.deterministic, "deterministic kernels (always on for the CPU backend)")
+        ->envname("MAGI2_DETERMINISTIC");
+    s->add_flag("--no-decode", a.no_decode, "stop at the latents")->envname("MAGI2_NO_DECODE");
+    s->add_option("--save-latents", a.save_latents, "write final_latent, final_audio_latent (safetensors)")
+        ->envname("MAGI2_SAVE_LATENTS");
+    s->add_option("--text-features", a.text_features, "text features raw_txt_feat, raw_null_txt_feat (safetensors)")
+        ->envname("MAGI2_TEXT_FEATURES");
+    s->add_option("--noise", a.noise, "initial noise loop_init_latent, loop_init_audio_latent (safetensors)")
+        ->envname("MAGI2_NOISE");
+    s->add_option("--routing-override", a.routing_override,
+                  "testing: per-step expert selection loop_l{layer}_moe_topk_idx [steps,heads,N,k]")
+        ->envname("MAGI2_ROUTING_OVERRIDE");
+    s->add_option("--metrics", a.metrics, "write a metrics JSON (per-step ms, phases, peak memory)")
+        ->envname("MAGI2_METRICS");
+    s->add_option("--threads", a.threads, "CPU threads (0: all)")->envname("MAGI2_THREADS")
+        ->check(CLI::NonNegativeNumber);
+    return s;
+  };
+  c.run = [args]() { return run_generate(*args); };
+  return c;
+}
+
+}  // namespace magi2::cli

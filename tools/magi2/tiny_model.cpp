@@ -1,0 +1,294 @@
+#include "tiny_model.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "io/mmap_file.h"
+#include "io/safetensors.h"
+#include "models/magi2_dit/weights.h"
+
+namespace magi2::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// shared/golden/dit_tiny/config.json, value for value, except engine_config.load:
+// the golden harness kept its weights in ckpt/, the folder written here keeps
+// them in preview/ as the official release does (spec pipeline §9).
+constexpr const char* kTinyConfigJson = R"JSON({
+  "engine_config": {
+    "seed": 0, "load": "preview", "distributed_backend": "nccl",
+    "cp_size": 1, "ep_size": 1, "cp_strategy": "none"
+  },
+  "arch_config": {
+    "num_layers": 4, "hidden_size": 256, "head_dim": 64, "num_query_groups": 4,
+    "video_in_channels": 48, "audio_in_channels": 64, "text_in_channels": 64,
+    "params_dtype": "bfloat16", "intermediate_factor": 1, "mm_layers": [0, 3],
+    "activation_type": "swiglu7", "attn_softcap": -1.0,
+    "attn_gating": {"enable": true},
+    "attn_sinks": {"enable": true, "sink_token_num": 1},
+    "mhc_config": {"enable": true, "num_stream": 4, "alpha_init": 0.01},
+    "moe_config": {
+      "num_experts": 16, "top_k": 4, "score_func": "sigmoid", "route_norm": true,
+      "route_scale": 4.9, "moe_layers": [1, 2], "expert_intermediate_size": 64,
+      "shared_expert_intermediate_size": 64,
+      "modality_specific_expert_intermediate_size": 96, "num_heads": 4
+    }
+  },
+  "evaluation_config": {
+    "fps": 12.5, "shift": 7.0, "vae_stride": [8, 16, 16], "patch_size": [1, 1, 1],
+    "z_dim": 48, "txt_encoder_type": "qwen35",
+    "video_txt_guidance_scale": 5.0, "audio_txt_guidance_scale": 7.0,
+    "use_cfg_trick": false, "cfg_trick_start_frame": 13, "cfg_trick_value": 2.0,
+    "use_dynamic_cfg": false, "dynamic_cfg_start_t": 500, "dynamic_cfg_cutoff_value": 2.0,
+    "use_negative_prompt": true, "use_ref_for_uncond": true,
+    "use_skimmed_cfg_linear": false, "skimmed_cfg_scale": 3.0, "cfg_rescale": 0.0,
+    "ref_image_type": "original", "num_inference_steps": 100,
+    "data_proxy_config": {
+      "t_patch_size": 1, "patch_size": 1, "spatial_rope_interpolation": "extra",
+      "add_time_token": false, "time_channel_dim": 64, "time_aligned_rope": false,
+      "audio_latent_fps": 25.0, "time_pos_fps": 3.125,
+      "vae_first_latent_is_image": true, "video_fps": 25.0
+    }
+  }
+})JSON";
+
+constexpr const char* kTinyCacheName = "tiny-v1";  // bump when the generator or recipe changes
+constexpr const char* kShard1 = "model-00001-of-00002.safetensors";
+constexpr const char* kShard2 = "model-00002-of-00002.safetensors";
+constexpr const char* kIndex = "model.safetensors.index.json";
+
+// FNV-1a 64: a fixed, portable string hash (std::hash differs between libraries).
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// SplitMix64 output for counter i of stream `key`: counter-based, so element i
+// of a tensor depends only on (name, seed, i).
+uint64_t splitmix(uint64_t key, uint64_t i) {
+  uint64_t z = key + (i + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in (0, 1]: 53 random bits, never 0 (log in Box-Muller).
+double unit(uint64_t key, uint64_t i) { return static_cast<double>((splitmix(key, i) >> 11) + 1) * 0x1.0p-53; }
+
+// How one tensor is drawn (golden README "Checkpoint (ckpt/)", meta.json "init").
+struct Recipe {
+  enum Kind { Normal, Uniform, RopeBands } kind = Normal;
+  double a = 0, b = 0;  // Normal: mean, std; Uniform: low, high
+};
+
+bool ends_with(const std::string& s, const std::string& suf) {
+  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+Recipe recipe_for(const DitTensorSpec& t) {
+  const std::string& n = t.name;
+  // Linear weights are [out, in]: std g / sqrt(in).
+  auto lin = [&](double g) { return Recipe{Recipe::Normal, 0.0, g / std::sqrt(static_cast<double>(t.shape.back()))}; };
+  auto normal = [](double mean, double sd) { return Recipe{Recipe::Normal, mean, sd}; };
+  if (n == "pre_adapter.rope.bands") return {Recipe::RopeBands};
+  if (contains(n, "mhc_alpha_")) return {Recipe::Uniform, 0.3, 1.5};
+  if (contains(n, "mhc_bias_res_")) return normal(0, 1);
+  if (contains(n, "mhc_bias_")) return normal(0, 0.5);
+  if (contains(n, "mhc_phi_fused_")) return normal(0, 1);
+  if (ends_with(n, "attention.sinks")) return normal(3.5, 1);
+  if (ends_with(n, "q_norm.weight") || ends_with(n, "k_norm.weight")) return normal(0.5, 0.15);
+  // RMSNorm weights (the model applies 1 + w).
+  if (ends_with(n, "norm.weight") || contains(n, "final_norm_")) return normal(0, 0.15);
+  if (ends_with(n, "_embedder.bias")) return normal(0, 0.2);
+  if (contains(n, "router.expert_bias")) return normal(0, 0.25);  // expert_bias and _ema differ: own streams
+  // Expert banks [heads*experts, d_in, d_out]: scaled by their input width (dim 1).
+  const double in1 = t.shape.size() == 3 ? static_cast<double>(t.shape[1]) : 1.0;
+  if (ends_with(n, "moe_mlp.W_gate") || ends_with(n, "moe_mlp.W_up")) return normal(0, 2.0 / std::sqrt(in1));
+  if (ends_with(n, "moe_mlp.W_down")) return normal(0, 0.4 / std::sqrt(in1));
+  if (ends_with(n, "moe_mlp.gate")) return lin(1.0);  // [heads*experts, d_head]: 1/sqrt(d_head)
+  // SwiGLU7 inputs get g = 2.5 so some hit the +-7 clamps; outputs 0.4.
+  if (contains(n, "up_gate_proj") || contains(n, "expert_fc1")) return lin(2.5);
+  if (contains(n, "down_proj") || contains(n, "expert_fc2")) return lin(0.4);
+  if (contains(n, "linear_proj")) return lin(2.0);
+  if (ends_with(n, ".weight") && t.shape.size() == 2) return lin(1.0);  // embedders, linear_g/qkv, split/merge, final_linear
+  throw Error(str_cat("make-tiny: no init recipe for tensor '", n, "' (update tools/magi2/tiny_model.cpp)"));
+}
+
+// One tensor's values, in its official dtype.
+Tensor make_tensor(const DitTensorSpec& t, uint64_t seed) {
+  const Recipe r = recipe_for(t);
+  const uint64_t key = fnv1a(t.name) ^ seed;
+  int64_t n = 1;
+  for (int64_t s : t.shape) n *= s;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    double x = 0;
+    if (r.kind == Recipe::RopeBands) {
+      // Official default freq_bands 10000^(-b/nb) (spec magi2-dit.md §2.3), in the
+      // official fp32 form 1 / 10000^(b/nb): bit-identical to the golden buffer.
+      x = 1.0f / std::pow(10000.0f, static_cast<float>(i) / static_cast<float>(n));
+    } else if (r.kind == Recipe::Uniform) {
+      x = r.a + (r.b - r.a) * unit(key, static_cast<uint64_t>(i));
+    } else {
+      // Box-Muller on counter pairs (2k, 2k+1): element 2k takes the cosine
+      // branch, 2k+1 the sine branch, so each element is a pure function of i.
+      const uint64_t k = static_cast<uint64_t>(i) & ~uint64_t{1};
+      const double rad = std::sqrt(-2.0 * std::log(unit(key, k)));
+      const double ang = 2.0 * std::numbers::pi * unit(key, k + 1);
+      x = r.a + r.b * rad * ((i & 1) ? std::sin(ang) : std::cos(ang));
+    }
+    v[static_cast<size_t>(i)] = static_cast<float>(x);
+  }
+  Tensor f = Tensor::from_f32(t.shape, v);
+  // Tensor::to rounds to nearest even: the stored bf16 values are exact.
+  return t.dtype == DType::F32 ? f : f.to(t.dtype);
+}
+
+// Adapters and the first half of the layers go to shard 1, the rest to shard 2
+// (golden ckpt/: layers 0-1 + adapters | layers 2-3).
+const char* shard_of(const std::string& name, int num_layers) {
+  const std::string pre = "block.layers.";
+  if (name.rfind(pre, 0) != 0) return kShard1;
+  const int layer = std::atoi(name.c_str() + pre.size());
+  return layer < (num_layers + 1) / 2 ? kShard1 : kShard2;
+}
+
+// The folder make_tiny_model writes, complete (the final rename makes it all-or-nothing).
+bool is_complete_tiny(const fs::path& d) {
+  std::error_code ec;
+  return fs::is_regular_file(d / "config.json", ec) && fs::is_regular_file(d / "preview" / kIndex, ec) &&
+         fs::is_regular_file(d / "preview" / kShard1, ec) && fs::is_regular_file(d / "preview" / kShard2, ec);
+}
+
+void write_folder(const fs::path& root, uint64_t seed) {
+  const Magi2Config cfg = tiny_config();
+  const auto specs = dit_tensor_specs(cfg.arch);
+  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> shards;
+  nlohmann::json weight_map = nlohmann::json::object();
+  size_t total = 0;
+  for (const auto& s : specs) {
+    Tensor t = make_tensor(s, seed);
+    total += t.nbytes();
+    const char* shard = shard_of(s.name, cfg.arch.num_layers);
+    weight_map[s.name] = shard;
+    shards[shard].emplace_back(s.name, std::move(t));
+  }
+  const fs::path pdir = root / "preview";
+  for (const auto& [file, tensors] : shards) write_safetensors((pdir / file).string(), tensors, {{"format", "pt"}});
+  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  write_file_atomic((pdir / kIndex).string(), index.dump(2) + "\n");
+  write_file_atomic((root / "config.json").string(), tiny_config_json());
+}
+
+bool usable_dir(const fs::path& p) {
+  std::error_code ec;
+  fs::create_directories(p, ec);
+  return !ec && fs::is_directory(p, ec) && ::access(p.c_str(), W_OK | X_OK) == 0;
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+}  // namespace
+
+Magi2Config tiny_config() { return Magi2Config::from_json_text(kTinyConfigJson, "<built-in tiny config>"); }
+
+// ordered_json keeps the official key order (engine, arch, evaluation).
+std::string tiny_config_json() { return nlohmann::ordered_json::parse(kTinyConfigJson).dump(2) + "\n"; }
+
+TinyModelSize tiny_model_size() {
+  TinyModelSize s;
+  for (const auto& t : dit_tensor_specs(tiny_config().arch)) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    s.num_tensors += 1;
+    s.num_bytes += static_cast<size_t>(n) * dtype_size(t.dtype);
+  }
+  return s;
+}
+
+void make_tiny_model(const std::string& dir, uint64_t seed) {
+  if (dir.empty()) throw Error("make-tiny: the output folder name is empty");
+  // "out/" and "out" must give the same temp sibling "out.tmp.<pid>".
+  fs::path target = fs::path(dir).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();
+  std::error_code ec;
+  if (fs::exists(target, ec)) {
+    if (!fs::is_directory(target, ec)) throw Error(str_cat("make-tiny: '", dir, "' exists and is not a folder"));
+    if (!fs::is_empty(target, ec)) throw Error(str_cat("make-tiny: '", dir, "' exists and is not empty"));
+  }
+  if (target.has_parent_path()) {
+    fs::create_directories(target.parent_path(), ec);
+    if (ec) throw Error(str_cat("make-tiny: cannot create '", target.parent_path().string(), "': ", ec.message()));
+  }
+  // pid + a per-process counter: distinct for concurrent processes and threads.
+  static std::atomic<unsigned> counter{0};
+  const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  fs::remove_all(tmp, ec);  // a leftover of a crashed run with a recycled pid
+  try {
+    fs::create_directories(tmp / "preview", ec);
+    if (ec) throw Error(str_cat("make-tiny: cannot create '", (tmp / "preview").string(), "': ", ec.message()));
+    write_folder(tmp, seed);
+    // rename(2) replaces an empty folder and fails on a non-empty one, so a
+    // concurrent writer that got there first is never clobbered.
+    fs::rename(tmp, target, ec);
+    if (ec) throw Error(str_cat("make-tiny: cannot rename '", tmp.string(), "' to '", dir, "': ", ec.message()));
+  } catch (...) {
+    std::error_code ignore;
+    fs::remove_all(tmp, ignore);
+    throw;
+  }
+}
+
+std::string model_cache_dir() {
+  if (std::string d = env("MAGI2_CACHE_DIR"); !d.empty()) {
+    if (!usable_dir(d)) throw Error(str_cat("MAGI2_CACHE_DIR '", d, "' cannot be created or is not writable"));
+    return d;
+  }
+  std::vector<fs::path> candidates;
+  if (std::string x = env("XDG_CACHE_HOME"); !x.empty()) candidates.push_back(fs::path(x) / "magi2");
+  if (std::string h = env("HOME"); !h.empty()) candidates.push_back(fs::path(h) / ".cache" / "magi2");
+  candidates.push_back("/tmp/magi2-cache");  // last resort: no usable home
+  for (const auto& c : candidates)
+    if (usable_dir(c)) return c.string();
+  throw Error("no usable model cache folder (set MAGI2_CACHE_DIR to a writable folder)");
+}
+
+std::string resolve_model(const std::string& model) {
+  if (model.rfind("builtin:", 0) != 0) return model;
+  if (model != kBuiltinTiny)
+    throw Error(str_cat("unknown built-in model '", model, "' (known: ", kBuiltinTiny, ")"));
+  const fs::path dir = fs::path(model_cache_dir()) / kTinyCacheName;
+  if (is_complete_tiny(dir)) return dir.string();
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
+    throw Error(str_cat("cache folder '", dir.string(), "' is not a complete tiny model; remove it"));
+  try {
+    make_tiny_model(dir.string(), 0);
+  } catch (const Error&) {
+    if (is_complete_tiny(dir)) return dir.string();  // another process created it first: use theirs
+    throw;
+  }
+  return dir.string();
+}
+
+}  // namespace magi2::cli

@@ -1,0 +1,74 @@
+// The built-in tiny MAGI-2 model: a 4-layer random-weight DiT in the official
+// folder layout (spec magi2-pipeline.md §9), for smoke tests and demos without
+// the 307 GB release checkpoint. Architecture = shared/golden/dit_tiny/config.json
+// (every structural feature of the release: mm layers, multi-head MoE, mHC,
+// gating, sinks), weights drawn like the golden init recipe
+// (shared/golden/README.md "Checkpoint (ckpt/)") but from our own generator.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "models/magi2_dit/config.h"
+
+namespace magi2::cli {
+
+/// The name that resolve_model() maps to the cached tiny model folder.
+inline constexpr const char* kBuiltinTiny = "builtin:tiny";
+
+/// The built-in tiny configuration: the values of
+/// shared/golden/dit_tiny/config.json (4 layers, hidden 256, head_dim 64,
+/// mm_layers [0,3], MoE layers [1,2], 4 MoE heads x 16 experts, top-4, expert
+/// 64, shared 64, modality-specific 96, text_in_channels 64, the preview
+/// evaluation_config), except engine_config.load = "preview", the folder the
+/// weights live in here. Built from an embedded JSON text: no file is read.
+/// `source` is "<built-in tiny config>". Never throws.
+Magi2Config tiny_config();
+
+/// The tiny configuration in the official JSON layout (engine_config,
+/// arch_config, evaluation_config; 2-space indented, trailing newline): what
+/// make_tiny_model() writes to DIR/config.json.
+std::string tiny_config_json();
+
+/// Writes the tiny model folder `dir`:
+///   dir/config.json                                  tiny_config_json()
+///   dir/preview/model-00001-of-00002.safetensors      adapters + first half of the layers
+///   dir/preview/model-00002-of-00002.safetensors      second half of the layers
+///   dir/preview/model.safetensors.index.json          {"metadata": {"total_size"}, "weight_map"}
+/// with every tensor of dit_tensor_specs(tiny_config().arch) in its official
+/// dtype. Values are seeded random, identical for a given `seed` on every
+/// machine (own SplitMix64 + Box-Muller, no std distributions) and per tensor
+/// seeded from FNV-1a(name) ^ seed, so they do not depend on write order;
+/// scales follow the golden init recipe; pre_adapter.rope.bands is the
+/// analytic 10000^(-b/nb) (spec magi2-dit.md §2.3).
+/// Atomic: built under `dir`.tmp.<pid>.<n>, then renamed to `dir`; a missing
+/// parent folder is created. Errors (magi2::Error, one line naming the path):
+/// `dir` exists and is not an empty folder; a file cannot be written; the
+/// final rename fails (e.g. another process created `dir` meanwhile). On error
+/// the temporary folder is removed and `dir` is untouched.
+void make_tiny_model(const std::string& dir, uint64_t seed);
+
+/// The folder of the built-in models' cache: $MAGI2_CACHE_DIR (must be
+/// creatable, else Error naming it); else $XDG_CACHE_HOME/magi2, else
+/// $HOME/.cache/magi2, falling back to /tmp/magi2-cache when neither is set or
+/// creatable. The folder is created. Error when even the fallback fails.
+std::string model_cache_dir();
+
+/// Number of tensors and tensor-data bytes (= the index's metadata.total_size)
+/// of the folder make_tiny_model() writes. Never throws.
+struct TinyModelSize {
+  size_t num_tensors = 0;
+  size_t num_bytes = 0;
+};
+TinyModelSize tiny_model_size();
+
+/// Maps a --model value to a folder: "builtin:tiny" -> model_cache_dir() +
+/// "/tiny-v1", created with make_tiny_model(..., seed 0) on first use
+/// (race-safe: when another process wins the final rename, its folder is
+/// used). Any value not starting with "builtin:" is returned unchanged.
+/// Errors: "builtin:<other>" (the message lists the known names); a cache
+/// folder that exists but is not a complete tiny model (names it, says to
+/// remove it); any make_tiny_model error.
+std::string resolve_model(const std::string& model);
+
+}  // namespace magi2::cli
