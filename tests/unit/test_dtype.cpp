@@ -15,28 +15,12 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "util/testing.h"
 
 namespace magi2 {
 namespace {
 
-// Expects `f` to throw magi2::Error with a one-line message containing every word.
-template <typename F>
-::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string> words) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    for (const auto& w : words)
-      if (m.find(w) == std::string::npos)
-        return ::testing::AssertionFailure() << "message \"" << m << "\" lacks \"" << w << "\"";
-    if (m.find('\n') != std::string::npos)
-      return ::testing::AssertionFailure() << "message is not one line: \"" << m << "\"";
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw a non-magi2 exception: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
+using test::throws_with;
 
 // Nearest value of a binary format with `mant` fraction bits and smallest normal
 // exponent `emin` (subnormals below it), ties to even, unbounded exponent range.

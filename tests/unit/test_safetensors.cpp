@@ -20,24 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Expects `f` to throw magi2::Error with a one-line message containing every word.
-template <typename F>
-::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string> words) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    for (const auto& w : words)
-      if (m.find(w) == std::string::npos)
-        return ::testing::AssertionFailure() << "message \"" << m << "\" lacks \"" << w << "\"";
-    if (m.find('\n') != std::string::npos)
-      return ::testing::AssertionFailure() << "message is not one line: \"" << m << "\"";
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw a non-magi2 exception: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
+using test::throws_with;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -1,8 +1,13 @@
 // Shared helpers for the tests: fixture paths, tensor comparison statistics.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <exception>
+#include <initializer_list>
 #include <string>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace magi2::test {
@@ -21,6 +26,26 @@ struct Diff {
   double ref_rms = 0;
 };
 Diff compare(const Tensor& a, const Tensor& b);
+
+/// Expects `f` to throw magi2::Error with a one-line message containing every
+/// word (the engine's error contract: one line naming the thing at fault).
+template <typename F>
+::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string> words) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    for (const auto& w : words)
+      if (m.find(w) == std::string::npos)
+        return ::testing::AssertionFailure() << "message \"" << m << "\" lacks \"" << w << "\"";
+    if (m.find('\n') != std::string::npos)
+      return ::testing::AssertionFailure() << "message is not one line: \"" << m << "\"";
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-magi2 exception: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
 
 /// Runs a shell command, returns its exit status; stdout+stderr into *output.
 int run_command(const std::string& cmd, std::string* output);
