@@ -39,12 +39,12 @@ void gather_rows(const GatherRowsParams& p) {
   MAGI2_CHECK(p.src.dtype() == p.dst.dtype(), "gather_rows: dtype mismatch");
   const size_t bytes = static_cast<size_t>(cols) * dtype_size(p.src.dtype());
   const int64_t src_rows = p.src.size(0);
+  // Checked before the parallel loop: an exception must not escape an OpenMP region.
+  for (int64_t r = 0; r < rows; ++r)
+    MAGI2_CHECK((*p.index)[r] >= 0 && (*p.index)[r] < src_rows, "gather_rows: index[", r, "] = ", (*p.index)[r],
+                " is outside the ", src_rows, " source rows");
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t s = (*p.index)[r];
-    MAGI2_ASSERT(s >= 0 && s < src_rows);
-    std::memcpy(row_ptr(p.dst, r), row_ptr(p.src, s), bytes);
-  }
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(row_ptr(p.dst, r), row_ptr(p.src, (*p.index)[r]), bytes);
 }
 
 void gate(const GateParams& p) {
@@ -98,6 +98,9 @@ void cast(const CastParams& p) {
   const int64_t rows = p.dst.size(0), cols = p.dst.size(1);
   check_2d(p.src, rows, cols, "cast.src");
   check_2d(p.dst, rows, cols, "cast.dst");
+  for (const Tensor* t : {&p.src, &p.dst})
+    MAGI2_CHECK(t->dtype() == DType::BF16 || t->dtype() == DType::F32, t == &p.src ? "cast.src" : "cast.dst",
+                ": expected bf16 or f32");
 #pragma omp parallel
   {
     std::vector<float> buf(cols);

@@ -78,6 +78,9 @@ void mhc_pre(const MhcPreParams& p) {
   check_2d(p.logits, t, kLogits, "mhc_pre.logits");
   check_2d(p.a, t, d, "mhc_pre.a");
   if (p.h_pre.defined()) check_2d(p.h_pre, t, kStreams, "mhc_pre.h_pre");
+  MAGI2_CHECK(p.state.dtype() == DType::BF16 && p.logits.dtype() == DType::F32 && p.a.dtype() == DType::BF16 &&
+                  (!p.h_pre.defined() || p.h_pre.dtype() == DType::F32),
+              "mhc_pre: expected bf16 state and a, f32 logits and h_pre");
   const float ac = scalar(p.w->alpha_pre, "mhc_alpha_pre") * p.c;
   const float* b = vec(p.w->bias_pre, kStreams, "mhc_bias_pre");
 #pragma omp parallel for schedule(static)
@@ -105,6 +108,10 @@ void mhc_post_res(const MhcPostResParams& p) {
   check_2d(p.logits, t, kLogits, "mhc_post_res.logits");
   if (p.h_post.defined()) check_2d(p.h_post, t, kStreams, "mhc_post_res.h_post");
   if (p.h_res.defined()) check_2d(p.h_res, t, kStreams * kStreams, "mhc_post_res.h_res");
+  MAGI2_CHECK(p.state.dtype() == DType::BF16 && p.o.dtype() == DType::BF16 && p.logits.dtype() == DType::F32 &&
+                  (!p.h_post.defined() || p.h_post.dtype() == DType::F32) &&
+                  (!p.h_res.defined() || p.h_res.dtype() == DType::F32),
+              "mhc_post_res: expected bf16 state and o, f32 logits, h_post and h_res");
   const float ac_post = scalar(p.w->alpha_post, "mhc_alpha_post") * p.c;
   const float ac_res = scalar(p.w->alpha_res, "mhc_alpha_res") * p.c;
   const float* b_post = vec(p.w->bias_post, kStreams, "mhc_bias_post");

@@ -52,10 +52,14 @@ void moe_route(const MoeRouteParams& p) {
         }
         const int64_t base = (static_cast<int64_t>(h) * t + n) * k;
         int32_t* idx = idx_out + base;
-        // Descending selection score, lowest expert id first on exact ties.
+        // Descending selection score, lowest expert id first on exact ties; NaN
+        // ranks first (spec §8.2, as torch.topk and the fused routing kernel),
+        // which also keeps the comparator a strict weak order.
         for (int e = 0; e < ne; ++e) order[e] = e;
         const int take = std::min(k + 1, ne);
         std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int a, int b) {
+          const bool na = std::isnan(sel[a]), nb = std::isnan(sel[b]);
+          if (na || nb) return na && (!nb || a < b);
           if (sel[a] != sel[b]) return sel[a] > sel[b];
           return a < b;
         });
@@ -102,6 +106,11 @@ void moe_experts(const MoeExpertsParams& p) {
   MAGI2_CHECK(p.idx.shape() == route_shape && p.idx.dtype() == DType::I32 && p.weight.shape() == route_shape &&
                   p.weight.dtype() == DType::F32,
               "moe_experts: idx/weight must be ", shape_str(route_shape));
+  // Checked up front: the expert loop below indexes weight banks with these.
+  for (int64_t i = 0; i < p.idx.numel(); ++i) {
+    const int32_t e = p.idx.data_as<int32_t>()[i];
+    MAGI2_CHECK(e >= 0 && e < ne, "moe_experts.idx: expert index ", e, " out of range [0, ", ne, ")");
+  }
   const uint16_t* wg = p.w_gate.data_as<uint16_t>();
   const uint16_t* wu = p.w_up.data_as<uint16_t>();
   const uint16_t* wd = p.w_down.data_as<uint16_t>();

@@ -14,6 +14,9 @@ void rms_norm(const RmsNormParams& p) {
   check_2d(p.x, rows, cols, "rms_norm.x");
   check_2d(p.y, rows, cols, "rms_norm.y");
   check_groups(p.groups, rows, "rms_norm");
+  for (const Tensor* t : {&p.x, &p.y})
+    MAGI2_CHECK(t->dtype() == DType::BF16 || t->dtype() == DType::F32, t == &p.x ? "rms_norm.x" : "rms_norm.y",
+                ": expected bf16 or f32");
   MAGI2_CHECK(p.w.dtype() == DType::F32 && p.w.numel() == d * p.groups.count, "rms_norm.w: expected ",
               d * p.groups.count, " f32 values, got ", shape_str(p.w.shape()));
   const float* w = p.w.data_as<float>();

@@ -52,8 +52,14 @@ void rope(const RopeParams& p) {
               "rope.out: expected contiguous bf16 ", shape_str({t, h, hd}));
   const int64_t half = p.table.size(1) / 2;  // rotary_dim / 2
   check_2d(p.table, t, 2 * half, "rope.table");
+  MAGI2_CHECK(p.table.dtype() == DType::F32, "rope.table: expected f32");
   MAGI2_CHECK(2 * half <= hd, "rope: rotary dim ", 2 * half, " exceeds head dim ", hd);
-  if (p.src_rows) MAGI2_CHECK(static_cast<int64_t>(p.src_rows->size()) == t, "rope: src_rows size mismatch");
+  if (p.src_rows) {
+    MAGI2_CHECK(static_cast<int64_t>(p.src_rows->size()) == t, "rope: src_rows size mismatch");
+    for (int64_t n = 0; n < t; ++n)
+      MAGI2_CHECK((*p.src_rows)[n] >= 0 && (*p.src_rows)[n] < t, "rope: src_rows[", n, "] = ", (*p.src_rows)[n],
+                  " is outside the ", t, " rows of x");
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < t; ++n) {
     const int64_t s = p.src_rows ? (*p.src_rows)[n] : n;

@@ -215,8 +215,8 @@ struct MoeRouteParams {
 /// out[t, h*DH:(h+1)*DH] = routes combined in ascending expert id with fp32
 /// accumulation and one rounding to bf16. r [T, MH*DH] bf16, W_gate/W_up
 /// [MH*E, DH, DE] bf16, W_down [MH*E, DE, DH] bf16, idx/weight as from routing,
-/// out [T, MH*DH] bf16. `head_begin`: global index of the first local head
-/// (expert parallel: a rank owns heads [head_begin, head_begin + MH_local)).
+/// out [T, MH*DH] bf16. Expert parallel passes a rank's slice of heads and
+/// its rows of the expert banks (spec §10.2); the op is per-head independent.
 struct MoeExpertsParams {
   Tensor r;
   Tensor w_gate, w_up, w_down;
