@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "ops/ops.h"
+#include "util/testing.h"
 #include <algorithm>
 #include <numeric>
 
@@ -136,21 +137,7 @@ std::vector<Tensor> thread_invariant(F&& run) {
   return two;
 }
 
-template <typename F>
-::testing::AssertionResult throws_with(F&& f, std::initializer_list<std::string> words) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string m = e.what();
-    for (const auto& w : words)
-      if (m.find(w) == std::string::npos)
-        return ::testing::AssertionFailure() << "message \"" << m << "\" lacks \"" << w << "\"";
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw a non-magi2 exception: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
+using test::throws_with;
 
 }  // namespace
 }  // namespace magi2
