@@ -36,7 +36,9 @@ class BpeModel {
   /// (e.g. a merge whose parts or result are not in the vocabulary).
   static BpeModel from_json(const nlohmann::json& model, const std::string& what);
 
+  /// An empty model (no vocabulary); filled by from_json.
   BpeModel() = default;
+  /// Moves vocabulary and merges; the word cache starts empty.
   BpeModel(BpeModel&& o) noexcept;
   BpeModel& operator=(BpeModel&& o) noexcept;
 

@@ -50,6 +50,7 @@ class PreTokenizer {
   /// regex split.
   std::vector<ByteRange> split(std::string_view text) const;
 
+  /// Number of splitting steps (a ByteLevel step without regex adds none).
   size_t num_steps() const { return steps_.size(); }
 
  private:

@@ -50,6 +50,7 @@ class Regex {
   /// search then advances one character), as HF's Split drops empty pieces.
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
 
+  /// The translated pattern handed to PCRE2 (for diagnostics).
   const std::string& pcre2_pattern() const { return translated_; }
 
  private:

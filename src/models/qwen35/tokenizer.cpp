@@ -355,8 +355,8 @@ Encoding Tokenizer::encode(std::string_view text, const EncodeOptions& opt) cons
 
   if (opt.truncation) {
     const int64_t added = opt.add_special_tokens ? num_special_tokens_to_add() : 0;
-    MAGI2_CHECK(opt.max_length >= added, "tokenizer max_length ", opt.max_length,
-                " is smaller than the ", added, " tokens the post-processor adds");
+    MAGI2_CHECK(opt.max_length > added, "tokenizer max_length ", opt.max_length,
+                " leaves no room for text (the post-processor adds ", added, " tokens)");
     const int64_t keep = opt.max_length - added;
     if (static_cast<int64_t>(enc.ids.size()) > keep) {
       enc.num_truncated = static_cast<int64_t>(enc.ids.size()) - keep;

@@ -84,7 +84,7 @@ class Tokenizer {
   /// Tokenises `text` (UTF-8; the *normalised* prompt, see prompt.h).
   /// Errors: magi2::Error for invalid UTF-8 ("tokenizer input is not valid
   /// UTF-8 ... byte N"), an empty text or a text that yields no token unless
-  /// allow_empty, max_length smaller than the post-processor's added tokens,
+  /// allow_empty, a max_length not above the post-processor's added tokens,
   /// and NFC needing ICU when it is unavailable (tok_unicode.h).
   Encoding encode(std::string_view text, const EncodeOptions& opt = {}) const;
 
