@@ -52,6 +52,15 @@ inline float dot_f32(const float* a, const float* b, int64_t n) {
   return acc[0];
 }
 
+/// RMSNorm of one d-vector in place with gain (1 + w) (spec §4.1): the mean is
+/// the fixed-order fp32 sum times fp32(1/d), then x * rsqrt(ms + eps) * (w + 1).
+/// Shared by rms_norm and the mHC logits so both normalise identically.
+inline void rms_normalize(float* x, int64_t d, const float* w, float eps) {
+  const float ms = dot_f32(x, x, d) * (1.0f / static_cast<float>(d));
+  const float rs = 1.0f / std::sqrt(ms + eps);
+  for (int64_t i = 0; i < d; ++i) x[i] = (x[i] * rs) * (w[i] + 1.0f);
+}
+
 inline float sigmoid_f32(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
 /// Index of the weight group that holds row r.

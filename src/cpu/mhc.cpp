@@ -55,16 +55,13 @@ void mhc_logits(const MhcLogitsParams& p) {
   const float* phi = p.phi.data_as<float>();
   for (int64_t k = 0; k < vw; ++k)
     for (int c = 0; c < kLogits; ++c) phi_t[c * vw + k] = phi[k * kLogits + c];
-  const float inv_d = 1.0f / static_cast<float>(vw);
 #pragma omp parallel
   {
     std::vector<float> x(vw);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < t; ++r) {
       load_row_f32(p.state, r, vw, x.data());
-      const float rs = 1.0f / std::sqrt(dot_f32(x.data(), x.data(), vw) * inv_d + p.eps);
-      const float* wm = w + static_cast<int64_t>(group_of(p.groups, r)) * vw;
-      for (int64_t i = 0; i < vw; ++i) x[i] = (x[i] * rs) * (wm[i] + 1.0f);
+      rms_normalize(x.data(), vw, w + static_cast<int64_t>(group_of(p.groups, r)) * vw, p.eps);
       float* out = reinterpret_cast<float*>(row_ptr(p.logits, r));
       for (int c = 0; c < kLogits; ++c) out[c] = dot_f32(x.data(), phi_t.data() + c * vw, vw);
     }

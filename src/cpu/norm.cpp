@@ -20,8 +20,6 @@ void rms_norm(const RmsNormParams& p) {
   MAGI2_CHECK(p.w.dtype() == DType::F32 && p.w.numel() == d * p.groups.count, "rms_norm.w: expected ",
               d * p.groups.count, " f32 values, got ", shape_str(p.w.shape()));
   const float* w = p.w.data_as<float>();
-  // mean = fp32 sum * fp32(1/d), as torch's CUDA mean (spec §4.1 step 2).
-  const float inv_d = 1.0f / static_cast<float>(d);
 #pragma omp parallel
   {
     std::vector<float> x(cols);
@@ -29,12 +27,7 @@ void rms_norm(const RmsNormParams& p) {
     for (int64_t r = 0; r < rows; ++r) {
       load_row_f32(p.x, r, cols, x.data());
       const float* wm = w + static_cast<int64_t>(group_of(p.groups, r)) * d;
-      for (int64_t h = 0; h < p.heads; ++h) {
-        float* xh = x.data() + h * d;
-        const float ms = dot_f32(xh, xh, d) * inv_d;
-        const float rs = 1.0f / std::sqrt(ms + p.eps);
-        for (int64_t i = 0; i < d; ++i) xh[i] = (xh[i] * rs) * (wm[i] + 1.0f);
-      }
+      for (int64_t h = 0; h < p.heads; ++h) rms_normalize(x.data() + h * d, d, wm, p.eps);
       store_row(p.y, r, cols, x.data());
     }
   }

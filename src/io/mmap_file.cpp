@@ -60,7 +60,7 @@ std::string read_text_file(const std::string& path) {
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(str_cat("cannot create '", tmp, "': ", std::strerror(errno)));
+  if (fd < 0) throw Error(str_cat("cannot write '", path, "': ", std::strerror(errno)));
   size_t off = 0;
   while (off < bytes.size()) {
     ssize_t w = ::write(fd, bytes.data() + off, bytes.size() - off);

@@ -88,8 +88,12 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return f->entries_[a].begin < f->entries_[b].begin;
   });
+  // Compare each tensor with the one reaching furthest so far, so an overlap
+  // with any earlier tensor is found, not only with the neighbour.
+  size_t reach = 0;
   for (size_t i = 1; i < order.size(); ++i) {
-    const auto& a = f->entries_[order[i - 1]];
+    if (f->entries_[order[i - 1]].end > f->entries_[order[reach]].end) reach = i - 1;
+    const auto& a = f->entries_[order[reach]];
     const auto& b = f->entries_[order[i]];
     if (b.begin < a.end)
       throw Error(str_cat("safetensors '", path, "': tensors '", a.name, "' and '", b.name,

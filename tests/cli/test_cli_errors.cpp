@@ -75,5 +75,11 @@ TEST(CliErrors, PromptWithoutTextEncoderIsExplained) {
 
 TEST(CliErrors, NoOutput) { expect_one_line_error(magi2(gen("")), "--save-latents"); }
 
+TEST(CliErrors, OutputsThatCannotBeWritten) {
+  // Checked before any work: an MP4 needs the decoders, and a missing folder fails up front.
+  expect_one_line_error(magi2(gen("-o /tmp/clip.mp4")), "decoders");
+  expect_one_line_error(magi2(gen("--save-latents /nonexistent_dir/lat.safetensors")), "/nonexistent_dir");
+}
+
 }  // namespace
 }  // namespace magi2::test

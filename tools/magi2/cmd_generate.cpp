@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -75,6 +76,15 @@ int run_generate(const GenerateArgs& a) {
   MAGI2_CHECK(a.steps >= 0, "--num-inference-steps must be >= 1, got ", a.steps);
   MAGI2_CHECK(!a.save_latents.empty() || !a.output.empty(),
               "no output: give --save-latents FILE (or -o FILE.safetensors)");
+  MAGI2_CHECK(a.output.empty() || a.output.ends_with(".safetensors"), "-o ", a.output,
+              ": MP4 output needs the video/audio decoders, which are not built in yet; "
+              "write the latents with --save-latents FILE.safetensors");
+  for (const std::string* f : {&a.save_latents, &a.output, &a.metrics}) {
+    if (f->empty()) continue;
+    const std::filesystem::path dir = std::filesystem::absolute(*f).parent_path();
+    MAGI2_CHECK(std::filesystem::is_directory(dir), "cannot write '", *f, "': folder '", dir.string(),
+                "' does not exist");
+  }
   if (!a.no_decode)
     std::fprintf(stderr, "magi2: note: the video/audio decoders are not built in yet; stopping at the latents\n");
 

@@ -55,7 +55,7 @@ class Dit {
  private:
   void validate(const DitInputs& in) const;
   void layer(int l, const DitRunOptions& opt);
-  void attention(int l, const Tensor& a, const Tensor& out, const DitRunOptions& opt);
+  void attention(int l, const Tensor& a, const Tensor& out);
   void dense_mlp(int l, const Tensor& a, const Tensor& out);
   void moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& opt);
   /// Host copy of a permuted-order [N, ...] tensor, back in original order.

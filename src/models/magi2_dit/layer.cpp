@@ -18,38 +18,32 @@ void Dit::layer(int l, const DitRunOptions& opt) {
   const float c = static_cast<float>(1.0 / std::sqrt(static_cast<double>(arch_.virtual_width())));
   const bool want = static_cast<bool>(opt.dump);
 
-  // Attention branch.
-  be_.mhc_logits({.state = ws.state, .norm_w = L.mhc_norm, .phi = L.phi_attn, .logits = ws.logits, .groups = gm});
-  be_.mhc_pre({.state = ws.state, .logits = ws.logits, .w = &L.mhc_attn, .a = ws.branch_in, .h_pre = ws.h_pre, .c = c});
-  if (want) dump(opt, p + "attn_in", ws.branch_in);
-  attention(l, ws.branch_in, ws.branch_out, opt);
-  if (want) dump(opt, p + "attn_out", ws.branch_out);
-  be_.mhc_post_res({.state = ws.state, .o = ws.branch_out, .logits = ws.logits, .w = &L.mhc_attn,
-                    .h_post = ws.h_post, .h_res = ws.h_res, .c = c});
-  if (want) {
-    dump(opt, p + "h_post_attn", ws.h_post);
-    dump(opt, p + "h_res_attn", ws.h_res);
-  }
-
-  // MLP branch: logits recomputed from the updated state.
-  be_.mhc_logits({.state = ws.state, .norm_w = L.mhc_norm, .phi = L.phi_mlp, .logits = ws.logits, .groups = gm});
-  be_.mhc_pre({.state = ws.state, .logits = ws.logits, .w = &L.mhc_mlp, .a = ws.branch_in, .h_pre = ws.h_pre, .c = c});
-  if (want) dump(opt, p + "mlp_in", ws.branch_in);
-  if (L.moe)
-    moe(l, ws.branch_in, ws.branch_out, opt);
-  else
-    dense_mlp(l, ws.branch_in, ws.branch_out);
-  if (want) dump(opt, p + "mlp_out", ws.branch_out);
-  be_.mhc_post_res({.state = ws.state, .o = ws.branch_out, .logits = ws.logits, .w = &L.mhc_mlp,
-                    .h_post = ws.h_post, .h_res = ws.h_res, .c = c});
-  if (want) {
-    dump(opt, p + "h_post_mlp", ws.h_post);
-    dump(opt, p + "h_res_mlp", ws.h_res);
-    dump(opt, p + "out", ws.state);
-  }
+  // One mHC-wrapped branch (spec §9): logits from the state before the branch,
+  // branch input from H_pre, then H_post/H_res fold the branch output back in.
+  auto branch = [&](const std::string& name, const Tensor& phi, const MhcBranchWeights& mw, auto&& body) {
+    be_.mhc_logits({.state = ws.state, .norm_w = L.mhc_norm, .phi = phi, .logits = ws.logits, .groups = gm});
+    be_.mhc_pre({.state = ws.state, .logits = ws.logits, .w = &mw, .a = ws.branch_in, .h_pre = ws.h_pre, .c = c});
+    if (want) dump(opt, p + name + "_in", ws.branch_in);
+    body();
+    if (want) dump(opt, p + name + "_out", ws.branch_out);
+    be_.mhc_post_res({.state = ws.state, .o = ws.branch_out, .logits = ws.logits, .w = &mw,
+                      .h_post = ws.h_post, .h_res = ws.h_res, .c = c});
+    if (want) {
+      dump(opt, p + "h_post_" + name, ws.h_post);
+      dump(opt, p + "h_res_" + name, ws.h_res);
+    }
+  };
+  branch("attn", L.phi_attn, L.mhc_attn, [&] { attention(l, ws.branch_in, ws.branch_out); });
+  branch("mlp", L.phi_mlp, L.mhc_mlp, [&] {
+    if (L.moe)
+      moe(l, ws.branch_in, ws.branch_out, opt);
+    else
+      dense_mlp(l, ws.branch_in, ws.branch_out);
+  });
+  if (want) dump(opt, p + "out", ws.state);
 }
 
-void Dit::attention(int l, const Tensor& a, const Tensor& out, const DitRunOptions& opt) {
+void Dit::attention(int l, const Tensor& a, const Tensor& out) {
   DitWorkspace& ws = *ws_;
   const DitLayerWeights& L = w_.layers[l];
   const Groups& g = L.mm ? ws.groups3 : ws.groups1;
@@ -70,7 +64,6 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out, const DitRunOptio
   be_.gather_rows({.src = ws.o.reshape({n, d}), .dst = ws.o_p.reshape({n, d}), .index = &ws.perm});
   be_.gate({.o = ws.o_p, .g = ws.g});
   be_.linear({.x = ws.o_p.reshape({n, d}), .w = L.linear_proj, .y = out, .groups = g});
-  (void)opt;
 }
 
 void Dit::dense_mlp(int l, const Tensor& a, const Tensor& out) {
