@@ -13,10 +13,8 @@
 #include "golden/dit_fixture.h"
 #include "util/testing.h"
 
-// The tools' sources are compiled into the magi2 executable only (no library
-// target); compiling them into this test too keeps CMake untouched.
-#include "../../tools/magi2/model_files.cpp"
-#include "../../tools/magi2/tiny_model.cpp"
+#include "model_files.h"
+#include "tiny_model.h"
 
 namespace magi2::test {
 namespace {

@@ -97,9 +97,6 @@ struct Recipe {
   double a = 0, b = 0;  // Normal: mean, std; Uniform: low, high
 };
 
-bool ends_with(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 Recipe recipe_for(const DitTensorSpec& t) {
@@ -112,22 +109,22 @@ Recipe recipe_for(const DitTensorSpec& t) {
   if (contains(n, "mhc_bias_res_")) return normal(0, 1);
   if (contains(n, "mhc_bias_")) return normal(0, 0.5);
   if (contains(n, "mhc_phi_fused_")) return normal(0, 1);
-  if (ends_with(n, "attention.sinks")) return normal(3.5, 1);
-  if (ends_with(n, "q_norm.weight") || ends_with(n, "k_norm.weight")) return normal(0.5, 0.15);
+  if (n.ends_with("attention.sinks")) return normal(3.5, 1);
+  if (n.ends_with("q_norm.weight") || n.ends_with("k_norm.weight")) return normal(0.5, 0.15);
   // RMSNorm weights (the model applies 1 + w).
-  if (ends_with(n, "norm.weight") || contains(n, "final_norm_")) return normal(0, 0.15);
-  if (ends_with(n, "_embedder.bias")) return normal(0, 0.2);
+  if (n.ends_with("norm.weight") || contains(n, "final_norm_")) return normal(0, 0.15);
+  if (n.ends_with("_embedder.bias")) return normal(0, 0.2);
   if (contains(n, "router.expert_bias")) return normal(0, 0.25);  // expert_bias and _ema differ: own streams
   // Expert banks [heads*experts, d_in, d_out]: scaled by their input width (dim 1).
   const double in1 = t.shape.size() == 3 ? static_cast<double>(t.shape[1]) : 1.0;
-  if (ends_with(n, "moe_mlp.W_gate") || ends_with(n, "moe_mlp.W_up")) return normal(0, 2.0 / std::sqrt(in1));
-  if (ends_with(n, "moe_mlp.W_down")) return normal(0, 0.4 / std::sqrt(in1));
-  if (ends_with(n, "moe_mlp.gate")) return lin(1.0);  // [heads*experts, d_head]: 1/sqrt(d_head)
+  if (n.ends_with("moe_mlp.W_gate") || n.ends_with("moe_mlp.W_up")) return normal(0, 2.0 / std::sqrt(in1));
+  if (n.ends_with("moe_mlp.W_down")) return normal(0, 0.4 / std::sqrt(in1));
+  if (n.ends_with("moe_mlp.gate")) return lin(1.0);  // [heads*experts, d_head]: 1/sqrt(d_head)
   // SwiGLU7 inputs get g = 2.5 so some hit the +-7 clamps; outputs 0.4.
   if (contains(n, "up_gate_proj") || contains(n, "expert_fc1")) return lin(2.5);
   if (contains(n, "down_proj") || contains(n, "expert_fc2")) return lin(0.4);
   if (contains(n, "linear_proj")) return lin(2.0);
-  if (ends_with(n, ".weight") && t.shape.size() == 2) return lin(1.0);  // embedders, linear_g/qkv, split/merge, final_linear
+  if (n.ends_with(".weight") && t.shape.size() == 2) return lin(1.0);  // embedders, linear_g/qkv, split/merge, final_linear
   throw Error(str_cat("make-tiny: no init recipe for tensor '", n, "' (update tools/magi2/tiny_model.cpp)"));
 }
 
