@@ -42,9 +42,16 @@ TEST(CliErrors, UnknownResolution) {
 }
 
 TEST(CliErrors, StepsBelowOne) {
-  CliRun r = magi2(gen("--num-inference-steps 0 --save-latents /tmp/x.safetensors"));
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.out.find("num-inference-steps"), std::string::npos) << r.out;
+  expect_one_line_error(magi2(gen("--num-inference-steps 0 --save-latents /tmp/x.safetensors")),
+                        "--num-inference-steps must be >= 1, got 0");
+}
+
+TEST(CliErrors, FlagParsingErrorsAreOneLine) {
+  expect_one_line_error(magi2("generat --model builtin:tiny"), "unknown command 'generat'");
+  expect_one_line_error(magi2(gen("--num-inference-step 8")), "--num-inference-step");
+  expect_one_line_error(magi2(gen("--num-inference-steps abc")), "abc");
+  expect_one_line_error(magi2(gen("--seed 99999999999999999999 --save-latents /tmp/x.safetensors")), "--seed");
+  expect_one_line_error(magi2(gen("--seed -1 --save-latents /tmp/x.safetensors")), "--seed");
 }
 
 TEST(CliErrors, MissingFiles) {
@@ -79,6 +86,12 @@ TEST(CliErrors, OutputsThatCannotBeWritten) {
   // Checked before any work: an MP4 needs the decoders, and a missing folder fails up front.
   expect_one_line_error(magi2(gen("-o /tmp/clip.mp4")), "decoders");
   expect_one_line_error(magi2(gen("--save-latents /nonexistent_dir/lat.safetensors")), "/nonexistent_dir");
+  const std::string dir = temp_dir("cli_outputs");
+  expect_one_line_error(magi2(gen("--save-latents " + dir)), "is a folder");
+  // The metrics path is checked before the run, so no latents are written either.
+  expect_one_line_error(magi2(gen("--save-latents " + dir + "/lat.safetensors --metrics /nonexistent_dir/m.json")),
+                        "--metrics");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/lat.safetensors"));
 }
 
 }  // namespace

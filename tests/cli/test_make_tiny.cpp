@@ -177,10 +177,10 @@ TEST(MakeTiny, CliWritesInspectsAndRefusesNonEmpty) {
   ASSERT_EQ(run_command(quote(bin) + " make-tiny " + quote(dir.string()) + " --seed 3", &out), 0) << out;
   EXPECT_NE(out.find("131 tensors"), std::string::npos) << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
-  // The CLI writes what the library writes for the same seed; MAGI2_SEED mirrors --seed.
+  // The CLI writes what the library writes for the same seed; MAGI2_TINY_SEED mirrors --seed.
   make_tiny_model((tmp / "lib").string(), 3);
   EXPECT_TRUE(folder_bytes(dir) == folder_bytes(tmp / "lib"));
-  ASSERT_EQ(run_command("MAGI2_SEED=3 " + quote(bin) + " make-tiny " + quote((tmp / "env").string()), &out), 0)
+  ASSERT_EQ(run_command("MAGI2_TINY_SEED=3 " + quote(bin) + " make-tiny " + quote((tmp / "env").string()), &out), 0)
       << out;
   EXPECT_TRUE(folder_bytes(tmp / "env") == folder_bytes(tmp / "lib"));
 

@@ -8,6 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <string>
+#include <system_error>
+#include <vector>
+
 namespace magi2::test {
 
 std::string golden_dir() {
@@ -17,11 +21,28 @@ std::string golden_dir() {
 
 std::string magi2_binary() { return MAGI2_BINARY_PATH; }
 
+namespace {
+
+// Folders made by temp_dir(), removed when the test process exits.
+std::vector<std::string>& temp_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+
+void remove_temp_dirs() {
+  std::error_code ec;
+  for (const auto& d : temp_dirs()) std::filesystem::remove_all(d, ec);
+}
+
+}  // namespace
+
 std::string temp_dir(const std::string& tag) {
   namespace fs = std::filesystem;
   fs::path p = fs::temp_directory_path() / ("magi2_test_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
+  if (temp_dirs().empty()) std::atexit(remove_temp_dirs);
+  temp_dirs().push_back(p.string());
   return p.string();
 }
 

@@ -16,7 +16,7 @@ namespace magi2::test {
 std::string golden_dir();
 /// Path of the built `magi2` binary.
 std::string magi2_binary();
-/// A fresh empty temporary directory (removed at process exit is not promised).
+/// A fresh empty temporary directory, removed when the test process exits.
 std::string temp_dir(const std::string& tag);
 
 /// Error statistics of `a` against reference `b` (same numel, any float dtypes).

@@ -27,7 +27,9 @@ Tensor input(const SafetensorsFile& f, const std::string& name) {
 }
 
 int run_forward(const ForwardArgs& a) {
-  LoadedDit dit = load_dit(a.config, find_transformer_dir(a.transformer));
+  MAGI2_CHECK(a.threads >= 0, "--threads must be >= 0, got ", a.threads);
+  check_output_path(a.output, "-o");
+  LoadedDit dit = load_dit(a.transformer, "", a.config);
   auto f = SafetensorsFile::open(a.inputs);
   DitInputs in;
   const std::string& p = a.prefix;
@@ -67,18 +69,22 @@ Command forward_command() {
     CLI::App* s = app.add_subcommand("forward", "run one DiT forward on packed inputs (parity testing)");
     s->add_option("--config", args->config, "config in the official JSON layout (default: built-in release)")
         ->envname("MAGI2_CONFIG");
-    s->add_option("--transformer", args->transformer, "DiT checkpoint folder (or the model root with preview/)")
+    s->add_option("--transformer", args->transformer,
+                  "DiT checkpoint folder, model root with preview/, or builtin:tiny")
         ->required()
         ->envname("MAGI2_TRANSFORMER");
     s->add_option("--inputs", args->inputs, "safetensors with {P}in_x, {P}in_coords, {P}in_modality, "
                                             "{P}in_cu_seqlens, {P}in_time_emb")
-        ->required();
-    s->add_option("--prefix", args->prefix, "tensor name prefix P (e.g. t2v_)");
+        ->required()
+        ->envname("MAGI2_INPUTS");
+    s->add_option("--prefix", args->prefix, "tensor name prefix P (e.g. t2v_)")->envname("MAGI2_PREFIX");
     s->add_option("--routing-override", args->routing_override,
-                  "testing: take the expert selection from {P}l{layer}_moe_topk_idx [heads,N,k] in this file");
-    s->add_option("-o,--output", args->output, "output safetensors, receives {P}out [N,64] f32")->required();
-    s->add_option("--threads", args->threads, "CPU threads (0: all)")->envname("MAGI2_THREADS")->check(
-        CLI::NonNegativeNumber);
+                  "testing: take the expert selection from {P}l{layer}_moe_topk_idx [heads,N,k] in this file")
+        ->envname("MAGI2_ROUTING_OVERRIDE");
+    s->add_option("-o,--output", args->output, "output safetensors, receives {P}out [N,64] f32")
+        ->required()
+        ->envname("MAGI2_OUTPUT");
+    s->add_option("--threads", args->threads, "CPU threads (0: all)")->envname("MAGI2_THREADS");
     return s;
   };
   c.run = [args]() { return run_forward(*args); };

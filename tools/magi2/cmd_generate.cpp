@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -30,8 +30,8 @@ struct GenerateArgs {
   std::string resolution = "272p";
   double seconds = 10.0;
   int width = 0, height = 0;
-  int64_t seed = 42;
-  int steps = 0;
+  std::string seed = "42";
+  int steps = -1;  ///< -1: the config's num_inference_steps
   bool deterministic = false, no_decode = false;
   std::string save_latents, text_features, noise, routing_override, metrics;
   int threads = 0;
@@ -73,26 +73,26 @@ int run_generate(const GenerateArgs& a) {
   MAGI2_CHECK(a.resolution == "272p" || a.resolution == "540p", "--resolution must be 272p or 540p, got '",
               a.resolution, "'");
   MAGI2_CHECK((a.width == 0) == (a.height == 0), "--width and --height go together");
-  MAGI2_CHECK(a.steps >= 0, "--num-inference-steps must be >= 1, got ", a.steps);
+  MAGI2_CHECK(a.steps == -1 || a.steps >= 1, "--num-inference-steps must be >= 1, got ", a.steps);
+  MAGI2_CHECK(a.threads >= 0, "--threads must be >= 0, got ", a.threads);
+  uint64_t seed = 0;
+  {
+    const char* b = a.seed.data();
+    const auto [end, ec] = std::from_chars(b, b + a.seed.size(), seed);
+    MAGI2_CHECK(ec == std::errc() && end == b + a.seed.size(), "--seed must be an integer in [0, 2^64), got '",
+                a.seed, "'");
+  }
   MAGI2_CHECK(!a.save_latents.empty() || !a.output.empty(),
               "no output: give --save-latents FILE (or -o FILE.safetensors)");
   MAGI2_CHECK(a.output.empty() || a.output.ends_with(".safetensors"), "-o ", a.output,
               ": MP4 output needs the video/audio decoders, which are not built in yet; "
               "write the latents with --save-latents FILE.safetensors");
-  for (const std::string* f : {&a.save_latents, &a.output, &a.metrics}) {
-    if (f->empty()) continue;
-    const std::filesystem::path dir = std::filesystem::absolute(*f).parent_path();
-    MAGI2_CHECK(std::filesystem::is_directory(dir), "cannot write '", *f, "': folder '", dir.string(),
-                "' does not exist");
-  }
-  if (!a.no_decode)
-    std::fprintf(stderr, "magi2: note: the video/audio decoders are not built in yet; stopping at the latents\n");
+  check_output_path(a.save_latents, "--save-latents");
+  check_output_path(a.output, "-o");
+  check_output_path(a.metrics, "--metrics");
 
-  const std::string root = resolve_model(a.model);
-  const std::string tdir = find_transformer_dir(a.transformer.empty() ? root : a.transformer);
-  Magi2Config cfg = config_for_model(root, a.config);
-  Checkpoint ckpt = Checkpoint::open(tdir);
-  DitWeights weights = DitWeights::bind(ckpt, cfg.arch);
+  LoadedDit model = load_dit(a.model, a.transformer, a.config);
+  const Magi2Config& cfg = model.config;
   const double load_ms = ms_since(t_start);
 
   GenerateRequest req;
@@ -104,9 +104,9 @@ int run_generate(const GenerateArgs& a) {
   auto tf = SafetensorsFile::open(a.text_features);
   req.text_cond = need(*tf, "raw_txt_feat", "--text-features");
   req.text_uncond = need(*tf, "raw_null_txt_feat", "--text-features");
-  req.num_steps = a.steps ? a.steps : cfg.eval.num_inference_steps;
+  req.num_steps = a.steps == -1 ? cfg.eval.num_inference_steps : a.steps;
   req.shift = cfg.eval.shift;
-  req.seed = static_cast<uint64_t>(a.seed);
+  req.seed = seed;
   req.cfg.video_txt_guidance_scale = cfg.eval.video_txt_guidance_scale;
   req.cfg.audio_txt_guidance_scale = cfg.eval.audio_txt_guidance_scale;
   req.cfg.use_cfg_trick = cfg.eval.use_cfg_trick;
@@ -128,18 +128,20 @@ int run_generate(const GenerateArgs& a) {
   req.on_step = [&](GenerateStep& s) { return report_step(s, ms_since(t_loop)); };
 
   auto be = make_cpu_backend(a.threads);
-  Dit dit(cfg.arch, weights, *be);
-  std::fprintf(stderr, "magi2: %s, %lld x %lld px, %.2f s -> latent %lldx%lldx%lld + %lld audio frames, %d steps, seed %lld\n",
-               tdir.c_str(), (long long)w, (long long)h, a.seconds, (long long)req.latent.frames,
+  Dit dit(cfg.arch, model.weights, *be);
+  const std::string noise = a.noise.empty() ? str_cat("seed ", seed) : str_cat("noise from ", a.noise);
+  std::fprintf(stderr, "magi2: %s, %lld x %lld px, %.2f s -> latent %lldx%lldx%lld + %lld audio frames, %d step%s, %s\n",
+               model.transformer_dir.c_str(), (long long)w, (long long)h, a.seconds, (long long)req.latent.frames,
                (long long)req.latent.height, (long long)req.latent.width, (long long)req.latent.audio_frames,
-               req.num_steps, (long long)a.seed);
+               req.num_steps, req.num_steps == 1 ? "" : "s", noise.c_str());
   GenerateResult r = generate_latents(dit, req);
   const double loop_ms = ms_since(t_loop);
 
   const std::string out = !a.save_latents.empty() ? a.save_latents : a.output;
   write_safetensors(out, {{"final_latent", r.latent}, {"final_audio_latent", r.audio_latent}});
-  std::printf("wrote %s (final_latent %s, final_audio_latent %s)\n", out.c_str(), shape_str(r.latent.shape()).c_str(),
-              shape_str(r.audio_latent.shape()).c_str());
+  std::printf("wrote %s (final_latent %s, final_audio_latent %s)%s\n", out.c_str(),
+              shape_str(r.latent.shape()).c_str(), shape_str(r.audio_latent.shape()).c_str(),
+              a.no_decode ? "" : "; the video/audio decoders are not built in yet, so the run stops at the latents");
   if (!a.metrics.empty()) {
     struct rusage ru {};
     ::getrusage(RUSAGE_SELF, &ru);
@@ -149,7 +151,7 @@ int run_generate(const GenerateArgs& a) {
                         {"step_ms", r.step_ms},
                         {"phase_ms", {{"load", load_ms}, {"denoise", loop_ms}, {"total", ms_since(t_start)}}},
                         {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
-                        {"seed", a.seed},
+                        {"seed", seed},
                         {"latents", out}};
     write_file_atomic(a.metrics, m.dump(2) + "\n");
   }
@@ -164,7 +166,10 @@ Command generate_command() {
   c.add_fn = [args](CLI::App& app) {
     CLI::App* s = app.add_subcommand("generate", "generate a clip (currently: to the final latents)");
     GenerateArgs& a = *args;
-    s->add_option("--model", a.model, "model folder (official layout) or builtin:tiny")->envname("MAGI2_MODEL")
+    s->add_option("--model", a.model,
+                  "model folder (official layout) or builtin:tiny (made on first use in $MAGI2_CACHE_DIR, "
+                  "else $XDG_CACHE_HOME/magi2, else ~/.cache/magi2)")
+        ->envname("MAGI2_MODEL")
         ->capture_default_str();
     s->add_option("--config", a.config, "config in the official JSON layout")->envname("MAGI2_CONFIG");
     s->add_option("--transformer", a.transformer, "DiT checkpoint folder (overrides MODEL/preview)")
@@ -183,7 +188,7 @@ Command generate_command() {
     s->add_option("--height", a.height, "video height in pixels (multiple of 16)")->envname("MAGI2_HEIGHT");
     s->add_option("--seed", a.seed, "noise seed")->envname("MAGI2_SEED")->capture_default_str();
     s->add_option("--num-inference-steps", a.steps, "denoising steps (default: the config's, 100)")
-        ->envname("MAGI2_NUM_INFERENCE_STEPS")->check(CLI::PositiveNumber);
+        ->envname("MAGI2_NUM_INFERENCE_STEPS");
     s->add_flag("--deterministic", a.deterministic, "deterministic kernels (always on for the CPU backend)")
         ->envname("MAGI2_DETERMINISTIC");
     s->add_flag("--no-decode", a.no_decode, "stop at the latents")->envname("MAGI2_NO_DECODE");
@@ -198,8 +203,7 @@ Command generate_command() {
         ->envname("MAGI2_ROUTING_OVERRIDE");
     s->add_option("--metrics", a.metrics, "write a metrics JSON (per-step ms, phases, peak memory)")
         ->envname("MAGI2_METRICS");
-    s->add_option("--threads", a.threads, "CPU threads (0: all)")->envname("MAGI2_THREADS")
-        ->check(CLI::NonNegativeNumber);
+    s->add_option("--threads", a.threads, "CPU threads (0: all)")->envname("MAGI2_THREADS");
     return s;
   };
   c.run = [args]() { return run_generate(*args); };

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "model_files.h"
+#include "tiny_model.h"
 
 namespace magi2::cli {
 
@@ -48,11 +49,12 @@ void print_component(const fs::path& p, const char* label) {
 }
 
 int run_inspect(const InspectArgs& a) {
-  const std::string tdir = find_transformer_dir(a.dir);
-  Magi2Config cfg = config_for_model(a.dir, a.config);
+  const std::string model = resolve_model(a.dir);
+  const std::string tdir = find_transformer_dir(model);
+  Magi2Config cfg = config_for_model(model, a.config);
   std::printf("%s", cfg.summary().c_str());
-  std::printf("components of %s:\n", a.dir.c_str());
-  const fs::path root(a.dir);
+  std::printf("components of %s:\n", model.c_str());
+  const fs::path root(model);
   print_component(tdir, "preview (DiT)");
   if (fs::path(tdir) != root) {
     print_component(root / "text_encoder", "text_encoder");
@@ -61,7 +63,7 @@ int run_inspect(const InspectArgs& a) {
     print_component(root / "stable-audio-open-1.0", "stable-audio-open-1.0");
   }
   Checkpoint ckpt = Checkpoint::open(tdir);
-  DitWeights w = DitWeights::bind(ckpt, cfg.arch);
+  DitWeights w = bind_dit(ckpt, cfg);
   std::printf("validation: OK: %zu DiT tensors (%.3f GB as bound) match the config; routing bias: %s\n",
               w.num_tensors, static_cast<double>(w.num_bytes) / 1e9,
               w.router_bias_from_ema ? "router.expert_bias_ema" : "router.expert_bias");
@@ -75,8 +77,10 @@ Command inspect_command() {
   Command c;
   c.add_fn = [args](CLI::App& app) {
     CLI::App* s = app.add_subcommand("inspect", "describe a model folder and validate the DiT checkpoint");
-    s->add_option("dir", args->dir, "model folder (with preview/) or DiT checkpoint folder")->required();
-    s->add_option("--config", args->config, "config in the official JSON layout (default: built-in release)")
+    s->add_option("model", args->dir, "model folder (with preview/), DiT checkpoint folder, or builtin:tiny")
+        ->required()
+        ->envname("MAGI2_MODEL");
+    s->add_option("--config", args->config, "config in the official JSON layout (default: MODEL/config.json, else the built-in release config)")
         ->envname("MAGI2_CONFIG");
     return s;
   };

@@ -35,7 +35,7 @@ Command make_tiny_command() {
     CLI::App* s = app.add_subcommand(
         "make-tiny", "write a tiny random-weight model folder (the tiny golden architecture) for testing");
     s->add_option("dir", args->dir, "output model folder (must not exist, or be empty)")->required();
-    s->add_option("--seed", args->seed, "weight seed (same seed: identical files)")->envname("MAGI2_SEED");
+    s->add_option("--seed", args->seed, "weight seed (same seed: identical files)")->envname("MAGI2_TINY_SEED");
     return s;
   };
   c.run = [args]() { return run_make_tiny(*args); };

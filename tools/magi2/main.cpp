@@ -1,36 +1,63 @@
 // magi2: the command-line entry point. Each subcommand lives in its own
-// cmd_<name>.cpp and registers through commands.h.
+// cmd_<name>.cpp and registers through commands.h. Every failure, flag
+// parsing included, ends in one line "magi2: error: ..." and a non-zero exit.
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "core/error.h"
 
+namespace {
+
+int fail(const std::string& msg, int code) {
+  std::string line = msg;
+  for (char& ch : line)
+    if (ch == '\n') ch = ' ';
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  std::fprintf(stderr, "magi2: error: %s\n", line.c_str());
+  return code;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  CLI::App app{"magi2: MAGI-2 Preview inference engine (C++/CUDA)", "magi2"};
+  CLI::App app{"magi2: MAGI-2 Preview audio+video inference engine", "magi2"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "magi2 0.1.0");
   std::vector<magi2::cli::Command> cmds = magi2::cli::all_commands();
   for (auto& c : cmds) c.add(app);
+  // CLI11 reports an unknown subcommand as "A subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string known;
+    bool found = false;
+    for (const auto& c : cmds) {
+      found = found || c.sub->get_name() == argv[1];
+      known += (known.empty() ? "" : ", ") + c.sub->get_name();
+    }
+    if (!found) return fail(magi2::str_cat("unknown command '", argv[1], "' (commands: ", known, ")"), 2);
+  }
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(magi2::str_cat(e.what(), " (see magi2 --help)"), 2);
   }
   try {
     for (auto& c : cmds)
       if (c.parsed()) return c.run();
-  } catch (const magi2::Error& e) {
-    std::fprintf(stderr, "magi2: error: %s\n", e.what());
-    return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "magi2: error: out of memory\n");
-    return 1;
+    return fail("out of memory", 1);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "magi2: error: %s\n", e.what());
-    return 1;
+    return fail(e.what(), 1);
   }
   return 0;
 }

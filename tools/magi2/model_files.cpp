@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "tiny_model.h"
 
 namespace magi2::cli {
 
@@ -22,10 +23,6 @@ std::string find_transformer_dir(const std::string& path) {
                       "(with model.safetensors.index.json)"));
 }
 
-Magi2Config load_config(const std::string& config_path) {
-  return config_path.empty() ? Magi2Config::release() : Magi2Config::from_file(config_path);
-}
-
 Magi2Config config_for_model(const std::string& model_root, const std::string& config_path) {
   if (!config_path.empty()) return Magi2Config::from_file(config_path);
   if (!model_root.empty()) {
@@ -36,10 +33,29 @@ Magi2Config config_for_model(const std::string& model_root, const std::string& c
   return Magi2Config::release();
 }
 
-LoadedDit load_dit(const std::string& config_path, const std::string& transformer_dir) {
-  LoadedDit d{load_config(config_path), Checkpoint::open(transformer_dir), {}};
-  d.weights = DitWeights::bind(d.ckpt, d.config.arch);
+LoadedDit load_dit(const std::string& model, const std::string& transformer, const std::string& config_path) {
+  LoadedDit d;
+  d.root = resolve_model(model);
+  d.transformer_dir = find_transformer_dir(transformer.empty() ? d.root : transformer);
+  d.config = config_for_model(d.root, config_path);
+  d.ckpt = Checkpoint::open(d.transformer_dir);
+  d.weights = bind_dit(d.ckpt, d.config);
   return d;
+}
+
+DitWeights bind_dit(const Checkpoint& ckpt, const Magi2Config& config) {
+  try {
+    return DitWeights::bind(ckpt, config.arch);
+  } catch (const Error& e) {
+    throw Error(str_cat(e.what(), " (config: ", config.source, "; pass the model's config with --config)"));
+  }
+}
+
+void check_output_path(const std::string& path, const std::string& flag) {
+  if (path.empty()) return;
+  const fs::path dir = fs::absolute(path).parent_path();
+  MAGI2_CHECK(fs::is_directory(dir), flag, " ", path, ": folder '", dir.string(), "' does not exist");
+  MAGI2_CHECK(!fs::is_directory(path), flag, " ", path, ": is a folder, expected a file name");
 }
 
 }  // namespace magi2::cli

@@ -15,10 +15,6 @@ namespace magi2::cli {
 /// model.safetensors. Error naming the path otherwise.
 std::string find_transformer_dir(const std::string& path);
 
-/// The config to use: `config_path` when given (official JSON layout), else
-/// the built-in release config.
-Magi2Config load_config(const std::string& config_path);
-
 /// The config for a model folder: `config_path` when given (explicit --config
 /// wins), else `model_root`/config.json when that file exists (the layout of
 /// `magi2 make-tiny` and of shared/golden/dit_tiny), else the built-in release
@@ -27,14 +23,27 @@ Magi2Config load_config(const std::string& config_path);
 /// (unreadable file, bad JSON, bad key), naming the file.
 Magi2Config config_for_model(const std::string& model_root, const std::string& config_path);
 
-/// A loaded DiT: config, open checkpoint and bound weights.
+/// A loaded DiT: where it came from, config, open checkpoint and bound weights.
 struct LoadedDit {
+  std::string root;             ///< the model folder (builtin:tiny resolved)
+  std::string transformer_dir;  ///< the DiT checkpoint folder used
   Magi2Config config;
   Checkpoint ckpt;
   DitWeights weights;
 };
 
-/// Opens and strictly binds the DiT; Error naming the folder on any mismatch.
-LoadedDit load_dit(const std::string& config_path, const std::string& transformer_dir);
+/// DitWeights::bind, with the config's source added to a mismatch Error
+/// (the usual cause is a missing --config).
+DitWeights bind_dit(const Checkpoint& ckpt, const Magi2Config& config);
+
+/// Resolves `model` (a folder or builtin:tiny), finds its DiT checkpoint
+/// (`transformer` overrides MODEL/preview), picks the config as
+/// config_for_model() does, and binds strictly. A mismatch Error also names the
+/// config used, since the usual cause is a missing --config.
+LoadedDit load_dit(const std::string& model, const std::string& transformer, const std::string& config_path);
+
+/// Checks before any work that `path` can receive an output file: its folder
+/// exists and it is not itself a folder. Error naming `flag` and the path.
+void check_output_path(const std::string& path, const std::string& flag);
 
 }  // namespace magi2::cli
