@@ -63,7 +63,7 @@ struct TinyModelSize {
 TinyModelSize tiny_model_size();
 
 /// Maps a --model value to a folder: "builtin:tiny" -> model_cache_dir() +
-/// "/tiny-v1", created with make_tiny_model(..., seed 0) on first use
+/// "/tiny-v2", created with make_tiny_model(..., seed 0) on first use
 /// (race-safe: when another process wins the final rename, its folder is
 /// used). Any value not starting with "builtin:" is returned unchanged.
 /// Errors: "builtin:<other>" (the message lists the known names); a cache
