@@ -17,8 +17,13 @@ enum class ResizeRounding {
 
 /// Resizes U8 [T, H, W, 3] frames (contiguous CPU) to [T, out_height, out_width, 3].
 /// Per output pixel (torch upsample_bilinear2d, align_corners=False): source
-/// coordinate s = max((d + 0.5) * in/out - 0.5, 0), i0 = floor(s), i1 = min(i0 + 1,
-/// in - 1), weights 1 - (s - i0) and s - i0, all in f32, rows blended after columns.
+/// coordinate s = max(fma(in/out, d + 0.5, -0.5), 0), i0 = floor(s), i1 = min(i0 + 1,
+/// in - 1), weights 1 - (s - i0) and s - i0, all in f32; each row pair blended as
+/// fma(x0, w0, x1 * w1), then the rows the same way. This is bit-exact with torch's
+/// generic CPU kernel (FMA build), which torch uses whenever out_height + out_width
+/// > 128 (every real output size); for smaller outputs torch switches to a kernel
+/// with another summation order whose result also depends on the CPU's vector width,
+/// and the two can differ by one u8 level at exact ties.
 /// Returns the input unchanged when the size already matches. Deterministic and
 /// parallel over frames. Error on bad input or a size < 1.
 Tensor resize_frames_bilinear(const Tensor& frames, int64_t out_width, int64_t out_height,
