@@ -7,7 +7,10 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache pkg-config
           nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libpcre2-dev
-          libicu72)  # ICU: loaded at run time by the tokenizer for NFC beyond its fast paths
+          libicu72   # ICU: loaded at run time by the tokenizer for NFC beyond its fast paths
+          libpng-dev libssl-dev libsndfile1-dev   # PNG frames, SHA-256 (libcrypto), WAV
+          libavformat-dev libavcodec-dev libavutil-dev libswscale-dev  # MP4 (optional in CMake)
+          ffmpeg chromium)  # tests only: ffprobe checks the MP4s, headless Chromium plays them
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
