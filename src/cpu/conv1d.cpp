@@ -17,8 +17,8 @@ namespace magi2::cpu {
 
 namespace {
 
-constexpr int kTO = 8;  // output channels per tile (two SSE / one AVX vector)
-constexpr int kTR = 6;  // output rows per tile (kTR x kTO accumulators stay in registers)
+constexpr int kTO = 8;  // output channels per tile (one AVX / two SSE vectors)
+constexpr int kTR = 8;  // output rows per tile (measured best on AVX2 with kTO = 8)
 
 // Repacks w [K, Cin, Cout] into ceil(Cout/kTO) blocks of [K][Cin][kTO],
 // zero-padding the last block, so a tile reads its weights contiguously.
@@ -37,15 +37,28 @@ std::vector<float> pack_weights(const float* w, int64_t taps, int64_t cin, int64
   return out;
 }
 
-// acc[r][o] += sum_i xr[r][i] * w[i][o] for one tap (w is [Cin][kTO]).
-inline void mac_tap(const float* const xr[kTR], const float* w, int64_t cin, float acc[kTR][kTO]) {
-  for (int64_t i = 0; i < cin; ++i) {
-    const float* wi = w + i * kTO;
-    for (int r = 0; r < kTR; ++r) {
-      const float a = xr[r][i];
-      for (int o = 0; o < kTO; ++o) acc[r][o] += a * wi[o];
+constexpr int kMaxTaps = 64;
+
+// One output tile: out[r][o] = sum over taps q (in order) and input channels i
+// (in order) of xr[q][r][i] * w[q][i][o], where w[q] = wp + tap[q] * cin * kTO.
+// Compiled for AVX2 and for the baseline; the code has no fused multiply-add
+// (no -ffp-contract, no FMA target), so both give the same bits.
+__attribute__((target_clones("avx2", "default"))) void tile_kernel(const float* const (*xr)[kTR],
+                                                                  const float* wp, const int64_t* tap, int ntaps,
+                                                                  int64_t cin, float out[kTR][kTO]) {
+  float acc[kTR][kTO] = {};
+  for (int q = 0; q < ntaps; ++q) {
+    const float* w = wp + tap[q] * cin * kTO;
+    for (int64_t i = 0; i < cin; ++i) {
+      const float* wi = w + i * kTO;
+      for (int r = 0; r < kTR; ++r) {
+        const float a = xr[q][r][i];
+        for (int o = 0; o < kTO; ++o) acc[r][o] += a * wi[o];
+      }
     }
   }
+  for (int r = 0; r < kTR; ++r)
+    for (int o = 0; o < kTO; ++o) out[r][o] = acc[r][o];
 }
 
 // Writes rows[r] (r < nr) of y from the tile: (acc + bias) + residual.
@@ -94,6 +107,7 @@ void conv1d(const Conv1dParams& p) {
   MAGI2_CHECK(lout >= 1, "conv1d: input of ", lin, " rows is shorter than the kernel");
   check_contiguous_2d(p.x, lin, cin, "conv1d.x");
   check_weights(p.w, taps, cin, cout, "conv1d.w");
+  MAGI2_CHECK(taps <= kMaxTaps, "conv1d: at most ", kMaxTaps, " taps, got ", taps);
   check_contiguous_2d(p.y, lout, cout, "conv1d.y");
   MAGI2_CHECK(p.y.data() != p.x.data(), "conv1d: y must not alias x");
   const float* bias = optional_bias(p.bias, cout, "conv1d.bias");
@@ -113,15 +127,17 @@ void conv1d(const Conv1dParams& p) {
     const int nr = static_cast<int>(std::min<int64_t>(kTR, lout - t0));
     int64_t rows[kTR];
     for (int r = 0; r < kTR; ++r) rows[r] = t0 + std::min(r, nr - 1);
-    float acc[kTR][kTO] = {};
+    const float* xr[kMaxTaps][kTR];
+    int64_t tap[kMaxTaps];
     for (int64_t k = 0; k < taps; ++k) {
-      const float* xr[kTR];
+      tap[k] = k;
       for (int r = 0; r < kTR; ++r) {
         const int64_t s = rows[r] * p.stride + k * p.dilation - p.padding;
-        xr[r] = (s >= 0 && s < lin) ? x + s * cin : zeros.data();
+        xr[k][r] = (s >= 0 && s < lin) ? x + s * cin : zeros.data();
       }
-      mac_tap(xr, wp.data() + (b * taps + k) * cin * kTO, cin, acc);
     }
+    float acc[kTR][kTO];
+    tile_kernel(xr, wp.data() + b * taps * cin * kTO, tap, static_cast<int>(taps), cin, acc);
     store_tile(acc, rows, nr, b * kTO, cout, bias, residual, y);
   }
 }
@@ -136,6 +152,7 @@ void conv_transpose1d(const ConvTranspose1dParams& p) {
   MAGI2_CHECK(lout >= 1, "conv_transpose1d: empty output for ", lin, " input rows");
   check_contiguous_2d(p.x, lin, cin, "conv_transpose1d.x");
   check_weights(p.w, taps, cin, cout, "conv_transpose1d.w");
+  MAGI2_CHECK(taps <= kMaxTaps, "conv_transpose1d: at most ", kMaxTaps, " taps, got ", taps);
   check_contiguous_2d(p.y, lout, cout, "conv_transpose1d.y");
   MAGI2_CHECK(p.y.data() != p.x.data(), "conv_transpose1d: y must not alias x");
   const float* bias = optional_bias(p.bias, cout, "conv_transpose1d.bias");
@@ -161,15 +178,18 @@ void conv_transpose1d(const ConvTranspose1dParams& p) {
     const int nr = static_cast<int>(std::min<int64_t>(kTR, count[ph] - m0));
     int64_t rows[kTR];
     for (int r = 0; r < kTR; ++r) rows[r] = first[ph] + (m0 + std::min(r, nr - 1)) * s;
-    float acc[kTR][kTO] = {};
-    for (int64_t k = (rows[0] + pad) % s; k < taps; k += s) {
-      const float* xr[kTR];
+    const float* xr[kMaxTaps][kTR];
+    int64_t tap[kMaxTaps];
+    int n = 0;
+    for (int64_t k = (rows[0] + pad) % s; k < taps; k += s, ++n) {
+      tap[n] = k;
       for (int r = 0; r < kTR; ++r) {
         const int64_t j = (rows[r] + pad - k) / s;  // exact: same phase as k
-        xr[r] = (rows[r] + pad - k >= 0 && j < lin) ? x + j * cin : zeros.data();
+        xr[n][r] = (rows[r] + pad - k >= 0 && j < lin) ? x + j * cin : zeros.data();
       }
-      mac_tap(xr, wp.data() + (b * taps + k) * cin * kTO, cin, acc);
     }
+    float acc[kTR][kTO];
+    tile_kernel(xr, wp.data() + b * taps * cin * kTO, tap, n, cin, acc);
     store_tile(acc, rows, nr, b * kTO, cout, bias, nullptr, y);
   }
 }
