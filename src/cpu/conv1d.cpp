@@ -19,13 +19,16 @@ namespace {
 
 constexpr int kTO = 8;  // output channels per tile (one AVX / two SSE vectors)
 constexpr int kTR = 8;  // output rows per tile (measured best on AVX2 with kTO = 8)
+// Below this many multiply-adds (or elements) a loop runs on one thread: a
+// parallel region costs more than it saves. Results do not depend on it.
+constexpr int64_t kParallelMin = 1 << 16;
 
 // Repacks w [K, Cin, Cout] into ceil(Cout/kTO) blocks of [K][Cin][kTO],
 // zero-padding the last block, so a tile reads its weights contiguously.
 std::vector<float> pack_weights(const float* w, int64_t taps, int64_t cin, int64_t cout) {
   const int64_t blocks = (cout + kTO - 1) / kTO;
   std::vector<float> out(static_cast<size_t>(blocks * taps * cin * kTO), 0.f);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (blocks * taps * cin * kTO > kParallelMin)
   for (int64_t b = 0; b < blocks; ++b)
     for (int64_t k = 0; k < taps; ++k)
       for (int64_t i = 0; i < cin; ++i) {
@@ -121,7 +124,7 @@ void conv1d(const Conv1dParams& p) {
   const float* x = p.x.data_as<float>();
   float* y = p.y.data_as<float>();
   const int64_t blocks = (cout + kTO - 1) / kTO, tiles = (lout + kTR - 1) / kTR;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (lout * cout * taps * cin > kParallelMin)
   for (int64_t job = 0; job < blocks * tiles; ++job) {
     const int64_t b = job / tiles, t0 = (job % tiles) * kTR;
     const int nr = static_cast<int>(std::min<int64_t>(kTR, lout - t0));
@@ -170,7 +173,7 @@ void conv_transpose1d(const ConvTranspose1dParams& p) {
     tile_begin[ph + 1] = tile_begin[ph] + (count[ph] + kTR - 1) / kTR;
   }
   const int64_t blocks = (cout + kTO - 1) / kTO, tiles = tile_begin[s];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (lout * cout * taps * cin / s > kParallelMin)
   for (int64_t job = 0; job < blocks * tiles; ++job) {
     const int64_t b = job / tiles, tile = job % tiles;
     const int64_t ph = std::upper_bound(tile_begin.begin(), tile_begin.end(), tile) - tile_begin.begin() - 1;
@@ -212,7 +215,7 @@ void snake_beta(const SnakeBetaParams& p) {
   }
   const float* x = p.x.data_as<float>();
   float* y = p.y.data_as<float>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const float v = x[r * cols + c];

@@ -148,6 +148,21 @@ TEST(OobleckTiny, WritesLoadsAndDecodes) {
   EXPECT_NE(read_text_file(dir + "/model.safetensors"), read_text_file(other + "/model.safetensors"));
 }
 
+TEST(OobleckTiny, SameBytesForAnyThreadCount) {
+  const std::string dir = temp_dir("sao_threads");
+  write_tiny_sao_vae(dir, 3);
+  Tensor latent = Tensor::zeros({2, 64}, DType::F32);
+  for (int64_t i = 0; i < latent.numel(); ++i) latent.data_as<float>()[i] = std::sin(0.37f * static_cast<float>(i));
+  Tensor out[2];
+  for (int threads : {1, 2}) {
+    // Each backend is made right before its run: its constructor sets the process-wide OpenMP count.
+    auto be = make_cpu_backend(threads);
+    out[threads - 1] = OobleckDecoder::load(dir, *be).decode(latent);
+  }
+  ASSERT_EQ(out[0].nbytes(), out[1].nbytes());
+  EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].nbytes()), 0);
+}
+
 TEST(OobleckTiny, BindingIsStrict) {
   const std::string dir = temp_dir("sao_strict");
   write_tiny_sao_vae(dir, 1);
