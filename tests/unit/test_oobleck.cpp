@@ -171,8 +171,9 @@ TEST(OobleckTiny, BindingIsStrict) {
   // Tensors outside pretransform.model. are ignored.
   EXPECT_NO_THROW(OobleckDecoder::load(
       edited_copy(dir, "sao_other", "", {"conditioner.x", Tensor::zeros({2}, DType::F32)}), *be));
-  EXPECT_TRUE(throws_with(load(edited_copy(dir, "sao_missing", "pretransform.model.decoder.layers.3.layers.1.bias", {})),
-                          {"model.safetensors", "1 missing", "decoder.layers.3.layers.1.bias"}));
+  EXPECT_TRUE(throws_with(
+      load(edited_copy(dir, "sao_missing", "pretransform.model.decoder.layers.3.layers.1.bias", {})),
+      {"model.safetensors", "1 missing", "decoder.layers.3.layers.1.bias"}));
   EXPECT_TRUE(throws_with(load(edited_copy(dir, "sao_enc_missing", "pretransform.model.encoder.layers.7.weight_g", {})),
                           {"1 missing", "encoder.layers.7.weight_g"}));
   EXPECT_TRUE(throws_with(

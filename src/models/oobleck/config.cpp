@@ -102,7 +102,8 @@ SaoVaeConfig SaoVaeConfig::from_json_text(const std::string& text, const std::st
   r.integer(ae, "io_channels", &c.io_channels, w, true);
   c.encoder = r.codec(ae, "encoder", w);
   c.decoder = r.codec(ae, "decoder", w);
-  if (ae.contains("bottleneck") && !ae.at("bottleneck").is_null()) r.type_is(ae.at("bottleneck"), "vae", w + "bottleneck.");
+  if (ae.contains("bottleneck") && !ae.at("bottleneck").is_null())
+    r.type_is(ae.at("bottleneck"), "vae", w + "bottleneck.");
 
   const OobleckCodecConfig& d = c.decoder;
   const std::string wd = w + "decoder.config.";

@@ -95,7 +95,8 @@ void write_tiny_sao_vae(const std::string& dir, uint64_t seed, int64_t channels)
   const std::string text = tiny_sao_vae_config_json(channels);
   const SaoVaeConfig cfg = SaoVaeConfig::from_json_text(text, dir + "/model_config.json");
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const SaoTensorSpec& s : sao_vae_tensor_specs(cfg)) tensors.emplace_back(s.name, make_tensor(s.name, s.shape, seed));
+  for (const SaoTensorSpec& s : sao_vae_tensor_specs(cfg))
+    tensors.emplace_back(s.name, make_tensor(s.name, s.shape, seed));
   tensors.emplace_back("model.placeholder_not_vae", make_tensor("model.placeholder_not_vae", {4}, seed));
   write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   write_file_atomic(dir + "/model_config.json", text);

@@ -66,7 +66,7 @@ struct OobleckDecoderWeights {
   OobleckConv conv_out;
   size_t num_tensors = 0;  ///< checkpoint tensors read (decoder only)
 
-  /// Reads `sao_dir/model.safetensors`. Like the official strict
+  /// Reads `safetensors_path` (stable-audio-open-1.0/model.safetensors). Like the official strict
   /// load_state_dict of the whole autoencoder, the tensors under
   /// kSaoVaePrefix must be exactly sao_vae_tensor_specs(c) (encoder included,
   /// shapes checked; F32/F16/BF16 accepted and widened); everything else in
