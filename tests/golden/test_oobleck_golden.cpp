@@ -1,6 +1,8 @@
 // The Stable Audio Open VAE decoder and the 44.1 kHz resample against the
 // official code on the tiny random configuration (shared/golden/sa_audio_vae_tiny;
-// tolerances from its README: golden = GPU with cuDNN TF32, *_cpu_fp32 = exact fp32).
+// tolerances from its README: golden = GPU with cuDNN TF32, *_cpu_fp32 = exact
+// fp32; README bounds ~2e-3 and ~1e-5 rel_rms, asserted here a bit above the
+// measured 8.1e-4 and 1.1e-6).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -70,12 +72,12 @@ TEST(OobleckGolden, LoadsConfigAndStrictWeights) {
 
 TEST(OobleckGolden, IntermediatesMatch) {
   Fixture& f = Fixture::get();
-  // The first layers are short sums: fp32 reorderings only; later ones carry
-  // the golden's TF32 convolutions (README: 8.1e-4 at the output).
+  // The golden ran cuDNN with TF32 (README: 8.1e-4 at the output); measured
+  // 3e-4 (dec_layer0) to 8.4e-4 (dec_layer4). README bound: ~2e-3.
   for (int l = 0; l <= 5; ++l) {
     const std::string name = "dec_layer" + std::to_string(l);
     ASSERT_TRUE(f.dumps.count(name)) << name;
-    expect_close(name, f.dumps[name], channels_last(f.io->tensor(name)), 2e-3, 5e-3);
+    expect_close(name, f.dumps[name], channels_last(f.io->tensor(name)), 1.2e-3, 2.5e-3);
   }
 }
 
@@ -85,19 +87,20 @@ TEST(OobleckGolden, WaveformAndAudioMatch) {
   const Tensor& wave = f.dumps["waveform"];
   EXPECT_EQ(wave.shape(), (Shape{24576, 2}));
   EXPECT_EQ(f.audio.shape(), (Shape{21168, 2}));
-  expect_close("waveform vs golden (TF32)", wave, channels_last(f.io->tensor("waveform")), 2e-3, 3e-3);
-  expect_close("audio_44k vs golden (TF32)", f.audio, f.io->tensor("audio_44k"), 2e-3, 3e-3);
-  expect_close("waveform vs cpu_fp32", wave, channels_last(f.variants->tensor("waveform_cpu_fp32")), 1e-5, 2e-5);
-  expect_close("audio_44k vs cpu_fp32", f.audio, f.variants->tensor("audio_44k_cpu_fp32"), 1e-5, 2e-5);
-  expect_close("waveform vs gpu_tf32off", wave, channels_last(f.variants->tensor("waveform_gpu_tf32off")), 1e-5,
-               2e-5);
+  expect_close("waveform vs golden (TF32)", wave, channels_last(f.io->tensor("waveform")), 1.2e-3, 2e-3);
+  expect_close("audio_44k vs golden (TF32)", f.audio, f.io->tensor("audio_44k"), 1.2e-3, 2e-3);
+  expect_close("waveform vs cpu_fp32", wave, channels_last(f.variants->tensor("waveform_cpu_fp32")), 3e-6, 4e-6);
+  expect_close("audio_44k vs cpu_fp32", f.audio, f.variants->tensor("audio_44k_cpu_fp32"), 3e-6, 4e-6);
+  expect_close("waveform vs gpu_tf32off", wave, channels_last(f.variants->tensor("waveform_gpu_tf32off")), 3e-6,
+               4e-6);
+  expect_close("audio_44k vs gpu_tf32off", f.audio, f.variants->tensor("audio_44k_gpu_tf32off"), 3e-6, 4e-6);
 }
 
 TEST(OobleckGolden, ResampleAloneMatchesScipy) {
   Fixture& f = Fixture::get();
   Tensor wave = channels_last(f.io->tensor("waveform"));
   Tensor out = fourier_resample(wave, 24576 * 441 / 512);
-  expect_close("resample(golden waveform)", out, f.io->tensor("audio_44k"), 1e-6, 5e-7);
+  expect_close("resample(golden waveform)", out, f.io->tensor("audio_44k"), 4e-7, 2.5e-7);
 }
 
 TEST(OobleckGolden, DecodeIsDeterministic) {
