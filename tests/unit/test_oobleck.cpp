@@ -124,6 +124,9 @@ TEST(OobleckTiny, WritesLoadsAndDecodes) {
   auto be = make_cpu_backend();
   OobleckDecoder dec = OobleckDecoder::load(dir, *be);
   EXPECT_EQ(dec.weights().num_tensors, 182u);
+  const auto specs = tiny_sao_vae_tensor_specs();
+  EXPECT_EQ(specs.size(), 183u + 182u + 1u);
+  EXPECT_EQ(SafetensorsFile::open(dir + "/model.safetensors")->entries().size(), specs.size());
   Tensor latent = Tensor::zeros({1, 3, 64}, DType::F32);
   std::mt19937 g(1);
   std::normal_distribution<float> nd(0, 1);

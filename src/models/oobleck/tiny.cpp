@@ -87,19 +87,23 @@ std::string tiny_sao_vae_config_json(int64_t channels) {
   return root.dump(2) + "\n";
 }
 
+std::vector<SaoTensorSpec> tiny_sao_vae_tensor_specs(int64_t channels) {
+  const std::string text = tiny_sao_vae_config_json(channels);
+  std::vector<SaoTensorSpec> specs = sao_vae_tensor_specs(SaoVaeConfig::from_json_text(text, "tiny"));
+  specs.push_back({"model.placeholder_not_vae", {4}});
+  return specs;
+}
+
 void write_tiny_sao_vae(const std::string& dir, uint64_t seed, int64_t channels) {
   MAGI2_CHECK(channels >= 1, "tiny audio VAE: channels must be >= 1, got ", channels);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   MAGI2_CHECK(!ec && std::filesystem::is_directory(dir), "cannot create folder '", dir, "'");
-  const std::string text = tiny_sao_vae_config_json(channels);
-  const SaoVaeConfig cfg = SaoVaeConfig::from_json_text(text, dir + "/model_config.json");
   std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const SaoTensorSpec& s : sao_vae_tensor_specs(cfg))
+  for (const SaoTensorSpec& s : tiny_sao_vae_tensor_specs(channels))
     tensors.emplace_back(s.name, make_tensor(s.name, s.shape, seed));
-  tensors.emplace_back("model.placeholder_not_vae", make_tensor("model.placeholder_not_vae", {4}, seed));
   write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  write_file_atomic(dir + "/model_config.json", text);
+  write_file_atomic(dir + "/model_config.json", tiny_sao_vae_config_json(channels));
 }
 
 }  // namespace magi2

@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "models/oobleck/config.h"
+#include "models/oobleck/weights.h"
 
 namespace magi2 {
 
@@ -19,6 +21,11 @@ namespace magi2 {
 /// [2,4,4,8,8], c_mults [1,2,4,8,16], SnakeBeta, final_tanh false, encoder
 /// latent_dim 128, and base width `channels` (release: 128). Never throws.
 std::string tiny_sao_vae_config_json(int64_t channels = 4);
+
+/// Every tensor write_tiny_sao_vae(dir, seed, channels) stores, in file order
+/// (all fp32): sao_vae_tensor_specs of the tiny config, then
+/// "model.placeholder_not_vae" [4]. For size accounting (make-tiny). Never throws.
+std::vector<SaoTensorSpec> tiny_sao_vae_tensor_specs(int64_t channels = 4);
 
 /// Writes `dir`/model_config.json (tiny_sao_vae_config_json(channels)) and
 /// `dir`/model.safetensors holding every tensor of sao_vae_tensor_specs (the
