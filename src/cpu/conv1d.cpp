@@ -117,6 +117,7 @@ void conv1d(const Conv1dParams& p) {
   const float* residual = nullptr;
   if (p.residual.defined()) {
     check_contiguous_2d(p.residual, lout, cout, "conv1d.residual");
+    MAGI2_CHECK(p.residual.data() != p.x.data(), "conv1d: residual must not alias x");
     residual = p.residual.data_as<float>();
   }
   const std::vector<float> wp = pack_weights(p.w.data_as<float>(), taps, cin, cout);
