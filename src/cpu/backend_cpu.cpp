@@ -53,6 +53,9 @@ class CpuBackend final : public Backend {
   void mhc_post_res(const MhcPostResParams& p) override { cpu::mhc_post_res(p); }
   void moe_route(const MoeRouteParams& p) override { cpu::moe_route(p); }
   void moe_experts(const MoeExpertsParams& p) override { cpu::moe_experts(p); }
+  void conv1d(const Conv1dParams& p) override { cpu::conv1d(p); }
+  void conv_transpose1d(const ConvTranspose1dParams& p) override { cpu::conv_transpose1d(p); }
+  void snake_beta(const SnakeBetaParams& p) override { cpu::snake_beta(p); }
 };
 
 }  // namespace

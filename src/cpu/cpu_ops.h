@@ -22,5 +22,8 @@ void mhc_pre(const MhcPreParams& p);            // mhc.cpp
 void mhc_post_res(const MhcPostResParams& p);   // mhc.cpp
 void moe_route(const MoeRouteParams& p);        // moe.cpp
 void moe_experts(const MoeExpertsParams& p);    // moe.cpp
+void conv1d(const Conv1dParams& p);                     // conv1d.cpp
+void conv_transpose1d(const ConvTranspose1dParams& p);  // conv1d.cpp
+void snake_beta(const SnakeBetaParams& p);              // conv1d.cpp
 
 }  // namespace magi2::cpu

@@ -242,6 +242,58 @@ struct CastParams {
   Tensor dst;
 };
 
+/// 1-D convolution over time on channels-last audio activations (torch
+/// nn.Conv1d with zero padding; Stable Audio Open VAE, spec pipeline §6.2):
+/// y[t, o] = (sum_{k, i} x[t*stride + k*dilation - padding, i] * w[k, i, o])
+///           + bias[o] (+ residual[t, o]),
+/// all f32, the (k, i) sum accumulated in fp32 in a fixed order, then the bias,
+/// then the residual (the ResidualUnit skip `layers(x) + x`, fused).
+/// x [Lin, Cin], w [K, Cin, Cout] (torch's [Cout, Cin, K] permuted so output
+/// channels are innermost), bias optional [Cout], residual optional
+/// [Lout, Cout] (may alias y, not x), y [Lout, Cout] with
+/// Lout = (Lin + 2*padding - dilation*(K-1) - 1) / stride + 1. All contiguous.
+struct Conv1dParams {
+  Tensor x;
+  Tensor w;
+  Tensor bias;      ///< optional
+  Tensor residual;  ///< optional
+  Tensor y;
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+};
+
+/// Transposed 1-D convolution over time on channels-last activations (torch
+/// nn.ConvTranspose1d, dilation 1, no output padding; the upsampler of the
+/// Oobleck DecoderBlock, spec pipeline §6.2): input row j spreads to output
+/// rows j*stride - padding + k, i.e.
+/// y[t, o] = (sum over taps k with (t + padding - k) = j*stride, 0 <= j < Lin,
+///            in ascending k, of sum_i x[j, i] * w[k, i, o]) + bias[o],
+/// fp32 accumulation in a fixed order. x [Lin, Cin] f32, w [K, Cin, Cout] f32
+/// (torch's [Cin, Cout, K] permuted), bias optional [Cout] f32, y [Lout, Cout]
+/// f32 with Lout = (Lin - 1)*stride - 2*padding + K. All contiguous.
+struct ConvTranspose1dParams {
+  Tensor x;
+  Tensor w;
+  Tensor bias;  ///< optional
+  Tensor y;
+  int64_t stride = 1;
+  int64_t padding = 0;
+};
+
+/// SnakeBeta activation per channel c (official sa_audio_vae.py SnakeBeta,
+/// spec pipeline §6.2): a = exp(alpha_c), b = exp(beta_c) when `logscale`
+/// (else the raw values), y = x + (1 / (b + 1e-9)) * sin(x * a)^2, fp32 with
+/// the official operation order. x, y [L, C] f32 contiguous (y may alias x),
+/// alpha, beta [C] f32.
+struct SnakeBetaParams {
+  Tensor x;
+  Tensor alpha;
+  Tensor beta;
+  Tensor y;
+  bool logscale = true;
+};
+
 /// A compute backend. All methods throw Error on bad shapes/dtypes; none
 /// allocates device memory for its outputs.
 class Backend {
@@ -271,6 +323,9 @@ class Backend {
   virtual void mhc_post_res(const MhcPostResParams& p) = 0;
   virtual void moe_route(const MoeRouteParams& p) = 0;
   virtual void moe_experts(const MoeExpertsParams& p) = 0;
+  virtual void conv1d(const Conv1dParams& p) = 0;
+  virtual void conv_transpose1d(const ConvTranspose1dParams& p) = 0;
+  virtual void snake_beta(const SnakeBetaParams& p) = 0;
 };
 
 /// The CPU reference backend (OpenMP over rows). `threads` <= 0: OpenMP default.

@@ -1,0 +1,109 @@
+#include "models/oobleck/tiny.h"
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+#include "io/mmap_file.h"
+#include "io/safetensors.h"
+#include "models/oobleck/weights.h"
+
+namespace magi2 {
+
+namespace {
+
+// FNV-1a 64 of the tensor name: a portable per-tensor stream key.
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// SplitMix64 of counter i in stream `key` (counter-based: element i depends only on key and i).
+uint64_t splitmix(uint64_t key, uint64_t i) {
+  uint64_t z = key + (i + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Uniform in (0, 1], never 0 (log in Box-Muller).
+double unit(uint64_t key, uint64_t i) { return static_cast<double>((splitmix(key, i) >> 11) + 1) * 0x1.0p-53; }
+
+// Standard normal for element i: Box-Muller on the counter pair (2k, 2k+1).
+double normal(uint64_t key, uint64_t i) {
+  const uint64_t k = i & ~uint64_t{1};
+  const double rad = std::sqrt(-2.0 * std::log(unit(key, k)));
+  const double ang = 2.0 * std::numbers::pi * unit(key, k + 1);
+  return rad * ((i & 1) ? std::sin(ang) : std::cos(ang));
+}
+
+bool ends_with(const std::string& s, const char* tail) { return s.ends_with(tail); }
+
+Tensor make_tensor(const std::string& name, const Shape& shape, uint64_t seed) {
+  const uint64_t key = fnv1a(name) ^ seed;
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t u = static_cast<uint64_t>(i);
+    double x;
+    if (ends_with(name, "weight_g")) x = 0.5 + 0.5 * unit(key, u);
+    else if (ends_with(name, "bias")) x = 0.02 * normal(key, u);
+    else if (ends_with(name, "alpha")) x = 0.5 * normal(key, u);
+    else if (ends_with(name, "beta")) x = 0.5 + 0.3 * normal(key, u);
+    else x = normal(key, u);  // weight_v and the placeholder
+    v[static_cast<size_t>(i)] = static_cast<float>(x);
+  }
+  return Tensor::from_f32(shape, v);
+}
+
+}  // namespace
+
+std::string tiny_sao_vae_config_json(int64_t channels) {
+  using oj = nlohmann::ordered_json;
+  const oj mults = {1, 2, 4, 8, 16}, strides = {2, 4, 4, 8, 8};
+  oj enc = {{"type", "oobleck"},
+            {"requires_grad", false},
+            {"config",
+             {{"in_channels", 2}, {"channels", channels}, {"c_mults", mults}, {"strides", strides},
+              {"latent_dim", 128}, {"use_snake", true}}}};
+  oj dec = {{"type", "oobleck"},
+            {"config",
+             {{"out_channels", 2}, {"channels", channels}, {"c_mults", mults}, {"strides", strides},
+              {"latent_dim", 64}, {"use_snake", true}, {"final_tanh", false}}}};
+  oj pre = {{"type", "autoencoder"},
+            {"iterate_batch", true},
+            {"config",
+             {{"encoder", enc}, {"decoder", dec}, {"bottleneck", {{"type", "vae"}}}, {"latent_dim", 64},
+              {"downsampling_ratio", 2048}, {"io_channels", 2}}}};
+  oj root = {{"model_type", "diffusion_cond"}, {"sample_size", 2097152}, {"sample_rate", 44100},
+             {"audio_channels", 2}, {"model", {{"pretransform", pre}}}};
+  return root.dump(2) + "\n";
+}
+
+std::vector<SaoTensorSpec> tiny_sao_vae_tensor_specs(int64_t channels) {
+  const std::string text = tiny_sao_vae_config_json(channels);
+  std::vector<SaoTensorSpec> specs = sao_vae_tensor_specs(SaoVaeConfig::from_json_text(text, "tiny"));
+  specs.push_back({"model.placeholder_not_vae", {4}});
+  return specs;
+}
+
+void write_tiny_sao_vae(const std::string& dir, uint64_t seed, int64_t channels) {
+  MAGI2_CHECK(channels >= 1, "tiny audio VAE: channels must be >= 1, got ", channels);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  MAGI2_CHECK(!ec && std::filesystem::is_directory(dir), "cannot create folder '", dir, "'");
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const SaoTensorSpec& s : tiny_sao_vae_tensor_specs(channels))
+    tensors.emplace_back(s.name, make_tensor(s.name, s.shape, seed));
+  write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  write_file_atomic(dir + "/model_config.json", tiny_sao_vae_config_json(channels));
+}
+
+}  // namespace magi2
