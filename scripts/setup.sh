@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache pkg-config
           nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libpcre2-dev
+          libpng-dev libjpeg62-turbo-dev  # I2V reference image (PNG/JPEG)
           libicu72)  # ICU: loaded at run time by the tokenizer for NFC beyond its fast paths
 missing=()
 for p in "${packages[@]}"; do

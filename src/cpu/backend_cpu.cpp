@@ -53,6 +53,10 @@ class CpuBackend final : public Backend {
   void mhc_post_res(const MhcPostResParams& p) override { cpu::mhc_post_res(p); }
   void moe_route(const MoeRouteParams& p) override { cpu::moe_route(p); }
   void moe_experts(const MoeExpertsParams& p) override { cpu::moe_experts(p); }
+  void channel_l2_norm(const ChannelL2NormParams& p) override { cpu::channel_l2_norm(p); }
+  void avg_down3d(const AvgDown3dParams& p) override { cpu::avg_down3d(p); }
+  void spatial_attention(const SpatialAttentionParams& p) override { cpu::spatial_attention(p); }
+  void channel_affine(const ChannelAffineParams& p) override { cpu::channel_affine(p); }
 };
 
 }  // namespace

@@ -22,5 +22,9 @@ void mhc_pre(const MhcPreParams& p);            // mhc.cpp
 void mhc_post_res(const MhcPostResParams& p);   // mhc.cpp
 void moe_route(const MoeRouteParams& p);        // moe.cpp
 void moe_experts(const MoeExpertsParams& p);    // moe.cpp
+void channel_l2_norm(const ChannelL2NormParams& p);      // wan_vae.cpp
+void avg_down3d(const AvgDown3dParams& p);               // wan_vae.cpp
+void spatial_attention(const SpatialAttentionParams& p); // wan_vae.cpp
+void channel_affine(const ChannelAffineParams& p);       // wan_vae.cpp
 
 }  // namespace magi2::cpu

@@ -132,7 +132,8 @@ struct GateParams {
   Tensor g;
 };
 
-/// out = bf16(a + b), all [R, C] bf16 (row-strided ok; out may alias a or b).
+/// out = bf16(a + b), all [R, C] bf16, or out = a + b in fp32 with all three
+/// f32 (row-strided ok; out may alias a or b).
 struct AddParams {
   Tensor a, b, out;
 };
@@ -242,6 +243,56 @@ struct CastParams {
   Tensor dst;
 };
 
+// ---- Wan2.2 VAE encoder ops (I2V reference image, spec pipeline §6.3; fp32) ----
+
+/// Wan2.2 `RMS_norm` over the channels of each row (official vae2_2.py):
+/// y = (x / max(||x||_2, 1e-12)) * sqrt(C) * gamma, then SiLU when `silu`
+/// (the norm -> SiLU pairs of the residual blocks and the head). The squared
+/// norm is accumulated in double in channel order. x [R, C] f32 (row-strided
+/// ok), gamma [C] f32, y [R, C] f32 (may alias x).
+struct ChannelL2NormParams {
+  Tensor x;
+  Tensor gamma;
+  Tensor y;
+  bool silu = false;
+};
+
+/// Wan2.2 `AvgDown3D` shortcut on channels-last video: the input is padded in
+/// front with (factor_t - T % factor_t) % factor_t zero frames, folded into
+/// channels (flat index ((c*ft + it)*fs + ih)*fs + iw for input channel c and
+/// offsets it, ih, iw), and each output channel o is the mean of the flat
+/// channels [o*G, (o+1)*G), G = C_in*ft*fs*fs / C_out (fp32 sum in order, then
+/// / G). x [T, H, W, C_in] f32 with H, W divisible by fs; y [ceil(T/ft), H/fs,
+/// W/fs, C_out] f32; C_in*ft*fs*fs must be a multiple of C_out.
+struct AvgDown3dParams {
+  Tensor x;
+  Tensor y;
+  int factor_t = 1;
+  int factor_s = 1;
+};
+
+/// Single-head softmax attention in fp32 within consecutive blocks of
+/// `block_rows` rows (Wan2.2 AttentionBlock: one block per frame, H*W
+/// positions): o_i = sum_j softmax_j(scale * q_i.k_j) v_j over the rows j of
+/// i's block. q, k, v, o [R, C] f32 (row-strided ok, e.g. column slices of
+/// one qkv buffer); R must be a multiple of block_rows.
+struct SpatialAttentionParams {
+  Tensor q, k, v;
+  Tensor o;
+  int64_t block_rows = 0;
+  float scale = 0.f;
+};
+
+/// Per-channel affine y[r, c] = (x[r, c] - shift[c]) * mul[c] in fp32 (the
+/// latent normalisation (mu - mean) * (1/std), spec pipeline §6.3). x [R, C]
+/// f32 (row-strided ok), shift/mul [C] f32, y [R, C] f32 (may alias x).
+struct ChannelAffineParams {
+  Tensor x;
+  Tensor shift;
+  Tensor mul;
+  Tensor y;
+};
+
 /// A compute backend. All methods throw Error on bad shapes/dtypes; none
 /// allocates device memory for its outputs.
 class Backend {
@@ -271,6 +322,11 @@ class Backend {
   virtual void mhc_post_res(const MhcPostResParams& p) = 0;
   virtual void moe_route(const MoeRouteParams& p) = 0;
   virtual void moe_experts(const MoeExpertsParams& p) = 0;
+  // Wan2.2 VAE encoder (fp32)
+  virtual void channel_l2_norm(const ChannelL2NormParams& p) = 0;
+  virtual void avg_down3d(const AvgDown3dParams& p) = 0;
+  virtual void spatial_attention(const SpatialAttentionParams& p) = 0;
+  virtual void channel_affine(const ChannelAffineParams& p) = 0;
 };
 
 /// The CPU reference backend (OpenMP over rows). `threads` <= 0: OpenMP default.
