@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache pkg-config
-          nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libpcre2-dev
+          nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libpcre2-dev libzip-dev
           libpng-dev libjpeg62-turbo-dev  # I2V reference image (PNG/JPEG)
           libicu72)  # ICU: loaded at run time by the tokenizer for NFC beyond its fast paths
 missing=()
