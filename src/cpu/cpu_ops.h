@@ -22,6 +22,13 @@ void mhc_pre(const MhcPreParams& p);            // mhc.cpp
 void mhc_post_res(const MhcPostResParams& p);   // mhc.cpp
 void moe_route(const MoeRouteParams& p);        // moe.cpp
 void moe_experts(const MoeExpertsParams& p);    // moe.cpp
+void conv3d(const Conv3dParams& p);                       // conv.cpp
+void activation(const ActivationParams& p);               // video.cpp
+void upsample_nearest(const UpsampleNearestParams& p);    // video.cpp
+void channels_to_time(const ChannelsToTimeParams& p);     // video.cpp
+void unpatchify(const UnpatchifyParams& p);               // video.cpp
+void latent_denorm(const LatentDenormParams& p);          // video.cpp
+void frames_to_u8(const FramesToU8Params& p);             // video.cpp
 void channel_l2_norm(const ChannelL2NormParams& p);      // wan_vae.cpp
 void avg_down3d(const AvgDown3dParams& p);               // wan_vae.cpp
 void spatial_attention(const SpatialAttentionParams& p); // wan_vae.cpp
