@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "io/torch_zip.h"
 #include "models/wan22_vae/encoder.h"
+#include "pipeline/packing.h"
 #include "pipeline/reference_image.h"
 #include "util/testing.h"
 
@@ -141,6 +142,31 @@ TEST(Wan22Encoder, ReferenceImageEndToEnd) {
   const Tensor latent = encode_reference_image(fixture("ref_image.png"), 128, 64, enc);
   const Diff d = report("end-to-end latent", latent, f.ref->tensor("latent_cpu_fp32").reshape({48, 1, 4, 8}));
   EXPECT_LE(d.rel_rms, 3e-6);
+}
+
+// The returned latent is what packing takes as ref_image_feat (reshaped to the
+// official [1, 1, 48, 1, h, w]): image token y*w + x of both branches carries
+// latent[:, 0, y, x] in its first 48 columns.
+TEST(Wan22Encoder, LatentFeedsPackingAsReferenceImage) {
+  Fixture& f = Fixture::get();
+  const Tensor latent = f.ref->tensor("latent_cpu_fp32").reshape({48, 1, 4, 8}).clone();
+  PackingShapes s;
+  s.latent = {.channels = 48, .frames = 2, .height = 4, .width = 8, .audio_frames = 3, .audio_channels = 64};
+  s.text_channels = 64;
+  s.text_len_cond = 2;
+  s.text_len_uncond = 1;
+  s.ref_images.push_back({latent.size(2), latent.size(3)});
+  const PackingPlan plan = make_packing_plan(s);
+  PackingConditioning c;
+  c.text_cond = Tensor::zeros({1, 2, 64}, DType::F32);
+  c.text_uncond = Tensor::zeros({1, 1, 64}, DType::F32);
+  c.ref_image_feat = latent.reshape({1, 1, 48, 1, 4, 8});
+  c.ref_special_tokens = Tensor::zeros({1, 1, 64}, DType::F32);
+  const Tensor x = pack_static_tokens(plan, c);
+  for (const BranchLayout& b : plan.branches)
+    for (int64_t n = 0; n < 32; ++n)
+      for (int64_t ch = 0; ch < 48; ++ch)
+        ASSERT_EQ(x.data_as<float>()[(b.image_begin[0] + n) * plan.width + ch], latent.data_as<float>()[ch * 32 + n]);
 }
 
 TEST(Wan22Encoder, SameBytesForAnyThreadCount) {
