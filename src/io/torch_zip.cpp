@@ -144,14 +144,33 @@ const Tensor& TorchStateDict::get(const std::string& name) const {
   return it->second;
 }
 
-TorchStateDict load_torch_checkpoint(const std::string& path, std::string_view dict_key) {
-  Archive ar(path);
+namespace {
+
+// Opens the archive, checks the byte order and parses data.pkl.
+ValuePtr read_root(const Archive& ar, const std::string& path) {
   if (ar.has("byteorder")) {
     const std::string bo = ar.read_string("byteorder", 64);
     MAGI2_CHECK(bo == "little", path, ": byteorder '", bo, "' is not supported (little-endian only)");
   }
   const std::string pkl = ar.read_string("data.pkl", kMaxPickleBytes);
-  ValuePtr root = torch_pickle::parse(pkl, path + ": " + ar.prefix() + "data.pkl");
+  return torch_pickle::parse(pkl, path + ": " + ar.prefix() + "data.pkl");
+}
+
+}  // namespace
+
+std::vector<std::string> torch_checkpoint_keys(const std::string& path) {
+  Archive ar(path);
+  ValuePtr root = read_root(ar, path);
+  std::vector<std::string> keys;
+  if (root->kind == Value::Kind::Dict)
+    for (const auto& kv : root->dict)
+      if (kv.first->kind == Value::Kind::Str) keys.push_back(kv.first->s);
+  return keys;
+}
+
+TorchStateDict load_torch_checkpoint(const std::string& path, std::string_view dict_key) {
+  Archive ar(path);
+  ValuePtr root = read_root(ar, path);
 
   ValuePtr dict = root;
   if (!dict_key.empty()) {

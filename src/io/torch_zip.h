@@ -55,6 +55,12 @@ class TorchStateDict {
 /// extending beyond its storage.
 TorchStateDict load_torch_checkpoint(const std::string& path, std::string_view dict_key = "");
 
+/// The str keys of the saved object when it is a dict (in saved order), else
+/// empty: lets a loader choose `dict_key` the way the official code does
+/// ("ema_state_dict" if present, else "state_dict", else the object itself).
+/// Same errors as load_torch_checkpoint for the archive and the pickle.
+std::vector<std::string> torch_checkpoint_keys(const std::string& path);
+
 /// Writes `tensors` (CPU; F32/BF16/F16/I64/I32/U8/BOOL; any strides, stored
 /// contiguous) as a torch.save zip that torch.load (weights_only too) accepts:
 /// the object is {wrap_key: OrderedDict(name -> tensor)}, or the OrderedDict

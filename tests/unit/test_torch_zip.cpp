@@ -42,6 +42,7 @@ TEST(TorchZip, TurboVaeGoldenCheckpoint) {
   EXPECT_EQ(w.dtype(), DType::F32);
   EXPECT_EQ(sd.get("module.decoder.conv_in.conv.bias").shape(), (Shape{24}));
   EXPECT_TRUE(sd.contains("module.aligned_feature_projection_heads.0.weight"));
+  EXPECT_EQ(torch_checkpoint_keys(path), std::vector<std::string>{"ema_state_dict"});
   EXPECT_TRUE(throws_with([&] { sd.get("module.nope"); }, {path, "module.nope"}));
   EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(path, "state_dict"); }, {path, "state_dict", "ema_state_dict"}));
   EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(path); }, {path, "ema_state_dict", "not a tensor"}));
