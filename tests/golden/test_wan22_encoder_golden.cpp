@@ -138,7 +138,8 @@ TEST(Wan22Encoder, IntermediatesAndLatentMatchOfficial) {
 TEST(Wan22Encoder, ReferenceImageEndToEnd) {
   Fixture& f = Fixture::get();
   auto be = make_cpu_backend();
-  const Wan22Encoder enc(f.weights, *be);
+  const Wan22EncoderWeights weights = Wan22EncoderWeights::load(fixture("Wan2.2_VAE.pth"));  // the CLI's path
+  const Wan22Encoder enc(weights, *be);
   const Tensor latent = encode_reference_image(fixture("ref_image.png"), 128, 64, enc);
   const Diff d = report("end-to-end latent", latent, f.ref->tensor("latent_cpu_fp32").reshape({48, 1, 4, 8}));
   EXPECT_LE(d.rel_rms, 3e-6);

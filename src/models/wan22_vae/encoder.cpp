@@ -73,7 +73,7 @@ void add_into(Backend& be, const Tensor& acc, const Tensor& other) {
   be.add(p);
 }
 
-// Golden fixtures count stages from 0 in module order.
+// Hands an intermediate to the caller's dump hook, if any.
 void emit(const Wan22DumpFn& dump, const std::string& name, const Tensor& x) {
   if (dump) dump(name, x);
 }
@@ -133,8 +133,10 @@ Tensor Wan22Encoder::encode(const Tensor& pixels, const Wan22DumpFn& dump) const
         for (int64_t dx = 0; dx < 2; ++dx)
           for (int64_t dy = 0; dy < 2; ++dy)
             pt[(y * w2 + x) * 12 + 4 * c + 2 * dx + dy] = px[(c * H + 2 * y + dy) * W + 2 * x + dx];
-  Tensor x = be_.alloc(host.shape(), DType::F32);
+  // Host-side boundary conversions (patchify here, the final transpose below)
+  // need a backend whose tensors the host can write.
   MAGI2_CHECK(be_.device() == Device::CPU, "Wan2.2 encoder: only the CPU backend is supported for now");
+  Tensor x = be_.alloc(host.shape(), DType::F32);
   std::memcpy(x.data(), host.data(), host.nbytes());
 
   x = conv3x3(be_, x, w_.conv1_w, w_.conv1_b);

@@ -179,4 +179,9 @@ Wan22EncoderWeights Wan22EncoderWeights::bind(const TorchStateDict& sd) {
   return w;
 }
 
+Wan22EncoderWeights Wan22EncoderWeights::load(const std::string& path) {
+  const TorchStateDict sd = load_torch_checkpoint(path);
+  return bind(sd);
+}
+
 }  // namespace magi2

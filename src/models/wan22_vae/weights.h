@@ -64,6 +64,11 @@ struct Wan22EncoderWeights {
   /// unexpected and wrong-shape tensors are reported together in one Error
   /// naming the file.
   static Wan22EncoderWeights bind(const TorchStateDict& sd);
+
+  /// load_torch_checkpoint(path) (a plain state dict, e.g.
+  /// MODEL/vae/Wan2.2_VAE.pth) then bind(); the decoder tensors are released
+  /// when this returns. Errors: as load_torch_checkpoint and bind.
+  static Wan22EncoderWeights load(const std::string& path);
 };
 
 }  // namespace magi2
