@@ -89,6 +89,19 @@ TEST(Wan22Preprocess, ResizepadAndVideoProcessorBitExact) {
   EXPECT_TRUE(bytes_equal(vae_in, f.io->tensor("vae_in").reshape({3, 64, 128})));
 }
 
+TEST(Wan22Preprocess, BoxesAndSizeErrors) {
+  // Portrait and square images get th = max_len (spec §1.3 step 2).
+  EXPECT_EQ(reference_box(1080, 1920, 896, 512).width, 504);
+  EXPECT_EQ(reference_box(1080, 1920, 896, 512).height, 896);
+  EXPECT_EQ(reference_box(500, 500, 448, 256).width, 448);
+  Tensor strip = Tensor::zeros({3, 1000, 3}, DType::U8);  // 1000x3: canvas 448x1 floors to 0 rows
+  const ReferenceBox b = reference_box(1000, 3, 448, 256);
+  EXPECT_EQ(b.height, 1);
+  const Tensor canvas = resizepad(strip, b.height, b.width);
+  EXPECT_TRUE(throws_with([&] { preprocess_reference_pixels(canvas, b.height, b.width); }, {"floors to", "448x0"}));
+  EXPECT_TRUE(throws_with([&] { resizepad(strip, 0, 448); }, {"canvas 448x0", "aspect ratio"}));
+}
+
 TEST(Wan22Encoder, BindsTinyCheckpointFromShapes) {
   const Wan22EncoderWeights& w = Fixture::get().weights;
   EXPECT_EQ(w.dim, 8);
