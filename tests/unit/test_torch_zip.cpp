@@ -155,6 +155,24 @@ TEST_F(TorchZipBad, HandMadeFileLoads) {
   EXPECT_EQ(sd.get("w").get_f32(1), 4.0f);
 }
 
+TEST_F(TorchZipBad, ParametersAndStateDictMetadataLoad) {
+  // nn.Module.state_dict() as torch.save writes it: an OrderedDict of
+  // _rebuild_parameter records whose `_metadata` attribute arrives by BUILD.
+  // (No NUL bytes in the literals: cat() takes them as C strings.)
+  std::string storage(8, '\0');
+  const float v[2] = {0.25f, -4.f};
+  std::memcpy(storage.data(), v, 8);
+  const std::string tensor = cat({"ctorch._utils\n_rebuild_tensor_v2\n((", ustr("storage"), "ctorch\nFloatStorage\n",
+                                  ustr("0"), ustr("cuda:0"), "K\x02tQJ", u32le(0), "(K\x02t(K\x01t\x89", "ccollections\nOrderedDict\n)RtR"});
+  const std::string pkl = cat({"\x80\x02", "ccollections\nOrderedDict\n)Rq\x01(", ustr("layer.weight"),
+                               "ctorch._utils\n_rebuild_parameter\n(", tensor, "\x88}tRu", "}", ustr("_metadata"), "}",
+                               ustr(""), "}", ustr("version"), "K\x01sssb."});
+  const std::string p = ckpt("param", pkl, storage);
+  TorchStateDict sd = load_torch_checkpoint(p);
+  ASSERT_EQ(sd.names(), std::vector<std::string>{"layer.weight"});
+  EXPECT_EQ(sd.get("layer.weight").get_f32(1), -4.f);
+}
+
 TEST_F(TorchZipBad, NotAZipTruncatedAndMissing) {
   const std::string junk = dir_ + "/junk.ckpt";
   write_bytes(junk, "hello, not a zip");
