@@ -27,7 +27,8 @@ inline constexpr const char* kTurboVaeConfigName = "TurboV3-Wan22-TinyShallow_7_
 /// Official checkpoint file name inside turbo_vae/.
 inline constexpr const char* kTurboVaeCheckpointName = "checkpoint.ckpt";
 
-/// A loaded decoder bound to one backend (which must outlive it).
+/// A loaded decoder bound to one backend (which must outlive it). One decode
+/// at a time per instance (it caches per-width norm gains).
 class TurboVaeDecoder {
  public:
   /// Loads `turbo_vae_dir`/TurboV3-Wan22-TinyShallow_7_7.json (or, when that
