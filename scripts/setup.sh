@@ -6,9 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build ccache pkg-config
-          nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libpcre2-dev libfftw3-dev
+          nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libpcre2-dev libfftw3-dev libzip-dev
           libicu72   # ICU: loaded at run time by the tokenizer for NFC beyond its fast paths
-          libpng-dev libssl-dev libsndfile1-dev   # PNG frames, SHA-256 (libcrypto), WAV
+          libpng-dev libjpeg62-turbo-dev libssl-dev libsndfile1-dev  # images (I2V input, PNG frames), SHA-256, WAV
           libavformat-dev libavcodec-dev libavutil-dev libswscale-dev  # MP4 (optional in CMake)
           ffmpeg chromium)  # tests only: ffprobe checks the MP4s, headless Chromium plays them
 missing=()

@@ -56,6 +56,17 @@ class CpuBackend final : public Backend {
   void conv1d(const Conv1dParams& p) override { cpu::conv1d(p); }
   void conv_transpose1d(const ConvTranspose1dParams& p) override { cpu::conv_transpose1d(p); }
   void snake_beta(const SnakeBetaParams& p) override { cpu::snake_beta(p); }
+  void conv3d(const Conv3dParams& p) override { cpu::conv3d(p); }
+  void activation(const ActivationParams& p) override { cpu::activation(p); }
+  void upsample_nearest(const UpsampleNearestParams& p) override { cpu::upsample_nearest(p); }
+  void channels_to_time(const ChannelsToTimeParams& p) override { cpu::channels_to_time(p); }
+  void unpatchify(const UnpatchifyParams& p) override { cpu::unpatchify(p); }
+  void latent_denorm(const LatentDenormParams& p) override { cpu::latent_denorm(p); }
+  void frames_to_u8(const FramesToU8Params& p) override { cpu::frames_to_u8(p); }
+  void channel_l2_norm(const ChannelL2NormParams& p) override { cpu::channel_l2_norm(p); }
+  void avg_down3d(const AvgDown3dParams& p) override { cpu::avg_down3d(p); }
+  void spatial_attention(const SpatialAttentionParams& p) override { cpu::spatial_attention(p); }
+  void channel_affine(const ChannelAffineParams& p) override { cpu::channel_affine(p); }
 };
 
 }  // namespace

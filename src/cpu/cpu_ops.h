@@ -25,5 +25,16 @@ void moe_experts(const MoeExpertsParams& p);    // moe.cpp
 void conv1d(const Conv1dParams& p);                     // conv1d.cpp
 void conv_transpose1d(const ConvTranspose1dParams& p);  // conv1d.cpp
 void snake_beta(const SnakeBetaParams& p);              // conv1d.cpp
+void conv3d(const Conv3dParams& p);                       // conv.cpp
+void activation(const ActivationParams& p);               // video.cpp
+void upsample_nearest(const UpsampleNearestParams& p);    // video.cpp
+void channels_to_time(const ChannelsToTimeParams& p);     // video.cpp
+void unpatchify(const UnpatchifyParams& p);               // video.cpp
+void latent_denorm(const LatentDenormParams& p);          // video.cpp
+void frames_to_u8(const FramesToU8Params& p);             // video.cpp
+void channel_l2_norm(const ChannelL2NormParams& p);      // wan_vae.cpp
+void avg_down3d(const AvgDown3dParams& p);               // wan_vae.cpp
+void spatial_attention(const SpatialAttentionParams& p); // wan_vae.cpp
+void channel_affine(const ChannelAffineParams& p);       // wan_vae.cpp
 
 }  // namespace magi2::cpu

@@ -1,0 +1,56 @@
+#include "pipeline/decode.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "core/error.h"
+#include "models/oobleck/decoder.h"
+#include "models/turbovae/decoder.h"
+
+namespace magi2 {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+std::string need_dir(const std::string& root, const char* name, const char* what) {
+  const std::filesystem::path p = std::filesystem::path(root) / name;
+  MAGI2_CHECK(std::filesystem::is_directory(p), "model folder '", root, "' has no ", name, "/ (", what,
+              "): pass a complete official model folder, or --no-decode");
+  return p.string();
+}
+
+}  // namespace
+
+Clip decode_clip(const std::string& model_root, const Tensor& video_latent, const Tensor& audio_latent, Backend& be,
+                 DecodeTimes* times) {
+  MAGI2_CHECK(video_latent.dim() == 5 && video_latent.size(0) == 1 && video_latent.dtype() == DType::F32,
+              "decode: video latent must be f32 [1, C, T, h, w], got ", shape_str(video_latent.shape()));
+  MAGI2_CHECK(audio_latent.dim() == 3 && audio_latent.size(0) == 1 && audio_latent.dtype() == DType::F32,
+              "decode: audio latent must be f32 [1, La, C], got ", shape_str(audio_latent.shape()));
+  const std::string turbo_dir = need_dir(model_root, "turbo_vae", "the TurboVAE video decoder");
+  const std::string sao_dir = need_dir(model_root, "stable-audio-open-1.0", "the Stable Audio Open audio decoder");
+  DecodeTimes t;
+  auto t0 = std::chrono::steady_clock::now();
+  const TurboVaeDecoder video = TurboVaeDecoder::load(turbo_dir, be);
+  const OobleckDecoder audio = OobleckDecoder::load(sao_dir, be);
+  t.load_ms = ms_since(t0);
+
+  Clip clip;
+  t0 = std::chrono::steady_clock::now();
+  // The official decode_video drops the batch axis: latent[0] is [C, T, h, w].
+  const Shape vs = video_latent.shape();
+  clip.frames = video.decode(video_latent.reshape({vs[1], vs[2], vs[3], vs[4]}));
+  t.video_ms = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  clip.audio = audio.decode(audio_latent);
+  t.audio_ms = ms_since(t0);
+  clip.fps = static_cast<double>(kClipFpsNum) / kClipFpsDen;
+  clip.sample_rate = kClipSampleRate;
+  if (times) *times = t;
+  return clip;
+}
+
+}  // namespace magi2
