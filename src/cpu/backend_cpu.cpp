@@ -53,6 +53,13 @@ class CpuBackend final : public Backend {
   void mhc_post_res(const MhcPostResParams& p) override { cpu::mhc_post_res(p); }
   void moe_route(const MoeRouteParams& p) override { cpu::moe_route(p); }
   void moe_experts(const MoeExpertsParams& p) override { cpu::moe_experts(p); }
+  void causal_conv1d(const CausalConv1dParams& p) override { cpu::causal_conv1d(p); }
+  void gated_delta_rule(const GatedDeltaRuleParams& p) override { cpu::gated_delta_rule(p); }
+  void gated_rms_norm(const GatedRmsNormParams& p) override { cpu::gated_rms_norm(p); }
+  void rotary(const RotaryParams& p) override { cpu::rotary(p); }
+  void causal_attention(const CausalAttentionParams& p) override { cpu::causal_attention(p); }
+  void sigmoid_mul(const SigmoidMulParams& p) override { cpu::sigmoid_mul(p); }
+  void silu_mul(const SiluMulParams& p) override { cpu::silu_mul(p); }
 };
 
 }  // namespace

@@ -22,5 +22,12 @@ void mhc_pre(const MhcPreParams& p);            // mhc.cpp
 void mhc_post_res(const MhcPostResParams& p);   // mhc.cpp
 void moe_route(const MoeRouteParams& p);        // moe.cpp
 void moe_experts(const MoeExpertsParams& p);    // moe.cpp
+void causal_conv1d(const CausalConv1dParams& p);         // linear_attention.cpp
+void gated_delta_rule(const GatedDeltaRuleParams& p);    // linear_attention.cpp
+void gated_rms_norm(const GatedRmsNormParams& p);        // gated.cpp
+void sigmoid_mul(const SigmoidMulParams& p);             // gated.cpp
+void silu_mul(const SiluMulParams& p);                   // gated.cpp
+void rotary(const RotaryParams& p);                      // rotary.cpp
+void causal_attention(const CausalAttentionParams& p);   // causal_attention.cpp
 
 }  // namespace magi2::cpu

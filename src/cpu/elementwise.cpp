@@ -69,8 +69,19 @@ void add(const AddParams& p) {
   check_2d(p.a, rows, cols, "add.a");
   check_2d(p.b, rows, cols, "add.b");
   check_2d(p.out, rows, cols, "add.out");
-  MAGI2_CHECK(p.a.dtype() == DType::BF16 && p.b.dtype() == DType::BF16 && p.out.dtype() == DType::BF16,
-              "add: expected bf16 operands");
+  const DType dt = p.out.dtype();
+  MAGI2_CHECK((dt == DType::BF16 || dt == DType::F32) && p.a.dtype() == dt && p.b.dtype() == dt,
+              "add: expected all-bf16 or all-f32 operands");
+  if (dt == DType::F32) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* a = reinterpret_cast<const float*>(row_ptr(p.a, r));
+      const float* b = reinterpret_cast<const float*>(row_ptr(p.b, r));
+      float* o = reinterpret_cast<float*>(row_ptr(p.out, r));
+      for (int64_t i = 0; i < cols; ++i) o[i] = a[i] + b[i];
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const uint16_t* a = reinterpret_cast<const uint16_t*>(row_ptr(p.a, r));
