@@ -1,0 +1,61 @@
+#include "text_conditioning.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/mmap_file.h"
+#include "models/qwen35/prompt.h"
+
+namespace magi2::cli {
+
+namespace fs = std::filesystem;
+
+std::string find_text_encoder_dir(const std::string& model_root, const std::string& override_dir) {
+  const fs::path dir = override_dir.empty() ? fs::path(model_root) / "text_encoder" : fs::path(override_dir);
+  std::error_code ec;
+  MAGI2_CHECK(fs::is_regular_file(dir / "config.json", ec), "text encoder folder '", dir.string(),
+              "' has no config.json", override_dir.empty() ? " (pass --text-encoder DIR)" : "");
+  return dir.string();
+}
+
+std::string read_prompt_file(const std::string& path) {
+  std::error_code ec;
+  MAGI2_CHECK(fs::is_regular_file(path, ec), "prompt file '", path, "' does not exist or is not a file");
+  std::string s = read_text_file(path);
+  const char* ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+std::string negative_prompt_or_default(const std::string& flag_value) {
+  return flag_value.empty() ? std::string(qwen35::default_negative_prompt()) : flag_value;
+}
+
+qwen35::TextFeatures encode_prompt(const qwen35::TextEncoder& enc, const std::string& prompt, bool i2v,
+                                   bool allow_truncate, const std::string& what) {
+  qwen35::EncodeOptions opt;
+  qwen35::TextFeatures f;
+  try {
+    (void)qwen35::normalize_prompt(prompt, qwen35::JsonPromptPolicy::kStrict);  // malformed JSON: an error
+    f.prompt = qwen35::prepare_prompt(enc.tokenizer(), prompt, i2v, opt);
+  } catch (const Error& e) {
+    throw Error(str_cat(what, ": ", e.what()));
+  }
+  const qwen35::Encoding& e = f.prompt.encoding;
+  if (e.truncated()) {
+    MAGI2_CHECK(allow_truncate, what, ": the prompt has ", e.untruncated_length, " tokens, over the limit of ",
+                opt.max_length, " (pass --truncate to cut it as the official encoder does)");
+    std::fprintf(stderr, "magi2: warning: %s: prompt truncated from %lld to %lld tokens (the official limit)\n",
+                 what.c_str(), static_cast<long long>(e.untruncated_length), static_cast<long long>(e.size()));
+  }
+  if (e.num_dropped_bytes > 0)
+    std::fprintf(stderr, "magi2: warning: %s: %lld input bytes have no token in the vocabulary and were dropped\n",
+                 what.c_str(), static_cast<long long>(e.num_dropped_bytes));
+  f.features = enc.features(e.ids);
+  if (i2v) f.special_token = qwen35::special_token(f.features, f.prompt.figure_indices);
+  return f;
+}
+
+}  // namespace magi2::cli
