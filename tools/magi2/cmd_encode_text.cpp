@@ -29,6 +29,7 @@ struct EncodeTextArgs {
   std::string model = "builtin:tiny", text_encoder, prompt, prompt_file, negative_prompt, output;
   bool i2v = false, negative = false, truncate = false, fp32 = false;
   int threads = 0;
+  CLI::Option* prompt_opt = nullptr;  // set by the parser: an empty --prompt '' still counts as given
 };
 
 Tensor ids_tensor(const std::vector<int64_t>& ids) {
@@ -40,12 +41,13 @@ Tensor ids_tensor(const std::vector<int64_t>& ids) {
 Tensor batched(const Tensor& f) { return f.reshape({1, f.size(0), f.size(1)}); }
 
 int run_encode_text(const EncodeTextArgs& a) {
-  MAGI2_CHECK(a.prompt.empty() != a.prompt_file.empty(), "give exactly one of --prompt and --prompt-file");
+  const bool has_prompt = (a.prompt_opt && a.prompt_opt->count() > 0) || !a.prompt.empty();
+  MAGI2_CHECK(has_prompt != !a.prompt_file.empty(), "give exactly one of --prompt and --prompt-file");
   MAGI2_CHECK(!a.output.empty(), "no output: give -o FILE.safetensors");
   MAGI2_CHECK(a.output.ends_with(".safetensors"), "-o ", a.output, ": the output is a .safetensors file");
   MAGI2_CHECK(a.threads >= 0, "--threads must be >= 0, got ", a.threads);
   check_output_path(a.output, "-o");
-  const std::string prompt = a.prompt_file.empty() ? a.prompt : read_prompt_file(a.prompt_file);
+  const std::string prompt = has_prompt ? a.prompt : read_prompt_file(a.prompt_file);
   const std::string what = a.prompt_file.empty() ? "--prompt" : str_cat("--prompt-file ", a.prompt_file);
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -88,8 +90,8 @@ Command encode_text_command() {
         ->capture_default_str();
     s->add_option("--text-encoder", a.text_encoder, "text encoder folder (overrides MODEL/text_encoder)")
         ->envname("MAGI2_TEXT_ENCODER");
-    s->add_option("--prompt", a.prompt, "prompt text (plain or the official enhanced JSON)")
-        ->envname("MAGI2_PROMPT");
+    a.prompt_opt = s->add_option("--prompt", a.prompt, "prompt text (plain or the official enhanced JSON)")
+                       ->envname("MAGI2_PROMPT");
     s->add_option("--prompt-file", a.prompt_file, "file holding the prompt (whitespace-stripped)")
         ->envname("MAGI2_PROMPT_FILE");
     s->add_flag("--i2v", a.i2v, "image-to-video prompt: add the <Figure 1> reference and write special_token")

@@ -40,6 +40,7 @@ struct GenerateArgs {
   std::string text_encoder, negative_prompt;
   bool truncate = false;
   int threads = 0;
+  CLI::Option* prompt_opt = nullptr;  // set by the parser: an empty --prompt '' still counts as given
 };
 
 Tensor need(const SafetensorsFile& f, const std::string& name, const char* flag) {
@@ -78,7 +79,8 @@ int run_generate(const GenerateArgs& a) {
     return std::chrono::duration<double, std::milli>(clock::now() - t).count();
   };
   // Flag validation first: nothing is loaded for an impossible request.
-  const int sources = !a.prompt.empty() + !a.prompt_file.empty() + !a.samples.empty() + !a.text_features.empty();
+  const bool has_prompt = (a.prompt_opt && a.prompt_opt->count() > 0) || !a.prompt.empty();
+  const int sources = has_prompt + !a.prompt_file.empty() + !a.samples.empty() + !a.text_features.empty();
   MAGI2_CHECK(sources >= 1, "nothing to generate: give --prompt, --prompt-file, --samples or --text-features");
   MAGI2_CHECK(sources == 1, "give only one of --prompt, --prompt-file, --samples and --text-features");
   MAGI2_CHECK(a.image.empty(), "--image (I2VA) needs the Wan2.2 VAE encoder, which is not built in yet");
@@ -115,8 +117,8 @@ int run_generate(const GenerateArgs& a) {
                       a.metrics.empty() ? std::string() : sample_output_path(a.metrics, i)});
     }
   } else {
-    const std::string prompt = !a.prompt_file.empty() ? read_prompt_file(a.prompt_file) : a.prompt;
-    jobs.push_back({a.prompt_file.empty() ? "--prompt" : str_cat("--prompt-file ", a.prompt_file), prompt, seed, out,
+    const std::string prompt = has_prompt ? a.prompt : read_prompt_file(a.prompt_file);
+    jobs.push_back({has_prompt ? "--prompt" : str_cat("--prompt-file ", a.prompt_file), prompt, seed, out,
                     a.metrics});
   }
 
@@ -152,6 +154,16 @@ int run_generate(const GenerateArgs& a) {
   const double load_ms = ms_since(t_start) - text_ms;
   Dit dit(cfg.arch, model.weights, *be);
 
+  // Every prompt is encoded before the first denoising step, so a bad sample
+  // fails the batch before any work on the others.
+  std::vector<Tensor> conds(jobs.size());
+  std::vector<double> prompt_ms(jobs.size(), 0.0);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const auto t_p = clock::now();
+    conds[j] = encode ? encode_prompt(*enc, jobs[j].prompt, false, a.truncate, jobs[j].what).features : fixed_cond;
+    prompt_ms[j] = ms_since(t_p);
+  }
+
   for (size_t j = 0; j < jobs.size(); ++j) {
     const Job& job = jobs[j];
     const auto t_job = clock::now();
@@ -162,16 +174,8 @@ int run_generate(const GenerateArgs& a) {
     req.latent = latent_shape_for_clip(a.seconds, w, h, cfg.eval.fps);
     req.latent.channels = cfg.arch.video_in_channels;
     req.latent.audio_channels = cfg.arch.audio_in_channels;
-    double prompt_ms = 0;
-    int64_t tokens = 0;
-    if (encode) {
-      const auto t_p = clock::now();
-      req.text_cond = encode_prompt(*enc, job.prompt, false, a.truncate, job.what).features;
-      tokens = req.text_cond.size(0);
-      prompt_ms = ms_since(t_p);
-    } else {
-      req.text_cond = fixed_cond;
-    }
+    req.text_cond = conds[j];
+    const int64_t tokens = encode ? conds[j].size(0) : 0;
     req.text_uncond = uncond;
     req.num_steps = a.steps == -1 ? cfg.eval.num_inference_steps : a.steps;
     req.shift = cfg.eval.shift;
@@ -220,7 +224,7 @@ int run_generate(const GenerateArgs& a) {
                           {"phase_ms",
                            {{"load", load_ms},
                             {"text_encoder_load_and_negative", text_ms},
-                            {"prompt", prompt_ms},
+                            {"prompt", prompt_ms[j]},
                             {"denoise", loop_ms},
                             {"total", j == 0 ? ms_since(t_start) : ms_since(t_job)}}},
                           {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
@@ -248,8 +252,8 @@ Command generate_command() {
     s->add_option("--config", a.config, "config in the official JSON layout")->envname("MAGI2_CONFIG");
     s->add_option("--transformer", a.transformer, "DiT checkpoint folder (overrides MODEL/preview)")
         ->envname("MAGI2_TRANSFORMER");
-    s->add_option("--prompt", a.prompt, "text prompt (plain or the official enhanced JSON)")
-        ->envname("MAGI2_PROMPT");
+    a.prompt_opt = s->add_option("--prompt", a.prompt, "text prompt (plain or the official enhanced JSON)")
+                       ->envname("MAGI2_PROMPT");
     s->add_option("--prompt-file", a.prompt_file, "file holding the prompt (whitespace-stripped)")
         ->envname("MAGI2_PROMPT_FILE");
     s->add_option("--text-encoder", a.text_encoder, "Qwen3.5 text encoder folder (overrides MODEL/text_encoder)")

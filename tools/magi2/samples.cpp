@@ -19,7 +19,7 @@ std::vector<Sample> load_samples(const std::string& path) {
   try {
     j = nlohmann::json::parse(read_text_file(path));
   } catch (const nlohmann::json::parse_error& e) {
-    throw Error(str_cat("--samples file '", path, "' is not valid JSON: ", e.what()));
+    throw Error(str_cat("--samples file '", path, "' is not valid JSON: ", plain_json_message(e.what())));
   }
   MAGI2_CHECK(j.is_array() && !j.empty(), "--samples file '", path, "' must hold a non-empty JSON array");
   std::vector<Sample> out;

@@ -1,6 +1,8 @@
 #include "text_conditioning.h"
 
 #include <cstdio>
+#include <cstring>
+#include <string_view>
 #include <filesystem>
 
 #include "core/error.h"
@@ -15,7 +17,8 @@ std::string find_text_encoder_dir(const std::string& model_root, const std::stri
   const fs::path dir = override_dir.empty() ? fs::path(model_root) / "text_encoder" : fs::path(override_dir);
   std::error_code ec;
   MAGI2_CHECK(fs::is_regular_file(dir / "config.json", ec), "text encoder folder '", dir.string(),
-              "' has no config.json", override_dir.empty() ? " (pass --text-encoder DIR)" : "");
+              "' has no config.json",
+              override_dir.empty() ? " (pass --text-encoder DIR, or --text-features FILE to generate)" : "");
   return dir.string();
 }
 
@@ -27,6 +30,21 @@ std::string read_prompt_file(const std::string& path) {
   const size_t b = s.find_first_not_of(ws);
   if (b == std::string::npos) return {};
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+std::string plain_json_message(const std::string& what) {
+  std::string m = what;
+  for (;;) {
+    const size_t b = m.find("[json.exception.");
+    if (b == std::string::npos) break;
+    const size_t e = m.find("] ", b);
+    m.erase(b, e == std::string::npos ? std::string::npos : e + 2 - b);
+  }
+  for (const char* from : {"parse error at ", "syntax error while parsing ", "parse error: "}) {
+    const size_t p = m.find(from);
+    if (p != std::string::npos) m.replace(p, std::strlen(from), std::string_view(from).starts_with("syntax") ? "while parsing " : "at ");
+  }
+  return m;
 }
 
 std::string negative_prompt_or_default(const std::string& flag_value) {
@@ -41,7 +59,7 @@ qwen35::TextFeatures encode_prompt(const qwen35::TextEncoder& enc, const std::st
     (void)qwen35::normalize_prompt(prompt, qwen35::JsonPromptPolicy::kStrict);  // malformed JSON: an error
     f.prompt = qwen35::prepare_prompt(enc.tokenizer(), prompt, i2v, opt);
   } catch (const Error& e) {
-    throw Error(str_cat(what, ": ", e.what()));
+    throw Error(str_cat(what, ": ", plain_json_message(e.what())));
   }
   const qwen35::Encoding& e = f.prompt.encoding;
   if (e.truncated()) {

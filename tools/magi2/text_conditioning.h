@@ -27,6 +27,11 @@ std::string read_prompt_file(const std::string& path);
 /// default (qwen35::default_negative_prompt()).
 std::string negative_prompt_or_default(const std::string& flag_value);
 
+/// A JSON library message made readable for one error line: drops the
+/// "[json.exception...]" tag and the library's own "error" words, keeping the
+/// position and the reason.
+std::string plain_json_message(const std::string& what);
+
 /// Encodes `prompt` with the official tokenizer limit; a prompt longer than
 /// the limit is an Error unless `allow_truncate` (then it is cut as the
 /// official code does and a "magi2: warning: ..." line goes to stderr).
