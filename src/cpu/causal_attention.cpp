@@ -39,11 +39,9 @@ void causal_attention(const CausalAttentionParams& p) {
 #pragma omp for schedule(static)
     for (int64_t j = 0; j < t; ++j) {
       load_row_f32(p.k, j, hkv * hd, row.data());
-      for (int64_t g = 0; g < hkv; ++g)
-        std::copy_n(row.data() + g * hd, hd, kf.data() + (g * t + j) * hd);
+      for (int64_t g = 0; g < hkv; ++g) std::copy_n(row.data() + g * hd, hd, kf.data() + (g * t + j) * hd);
       load_row_f32(p.v, j, hkv * hd, row.data());
-      for (int64_t g = 0; g < hkv; ++g)
-        std::copy_n(row.data() + g * hd, hd, vf.data() + (g * t + j) * hd);
+      for (int64_t g = 0; g < hkv; ++g) std::copy_n(row.data() + g * hd, hd, vf.data() + (g * t + j) * hd);
     }
   }
 #pragma omp parallel

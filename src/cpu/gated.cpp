@@ -23,8 +23,8 @@ void check_float(const Tensor& t, DType dt, const char* what) {
 
 void gated_rms_norm(const GatedRmsNormParams& p) {
   const int64_t rows = p.x.size(0), cols = p.x.size(1);
-  MAGI2_CHECK(p.heads >= 1 && cols % p.heads == 0, "gated_rms_norm: ", cols, " columns do not split into ",
-              p.heads, " heads");
+  MAGI2_CHECK(p.heads >= 1 && cols % p.heads == 0, "gated_rms_norm: ", cols, " columns do not split into ", p.heads,
+              " heads");
   const int64_t d = cols / p.heads;
   check_2d(p.x, rows, cols, "gated_rms_norm.x");
   check_2d(p.z, rows, cols, "gated_rms_norm.z");
@@ -51,8 +51,10 @@ void gated_rms_norm(const GatedRmsNormParams& p) {
         const float rs = 1.0f / std::sqrt(ms + p.eps);
         for (int64_t i = 0; i < d; ++i) {
           float n = xh[i] * rs;
-          if (bf) n = round_bf16(w[i] * round_bf16(n));  // weight * x.to(bf16): a bf16 product
-          else n = w[i] * n;
+          if (bf)
+            n = round_bf16(w[i] * round_bf16(n));  // weight * x.to(bf16): a bf16 product
+          else
+            n = w[i] * n;
           xh[i] = n * silu_f32(zh[i]);  // bf16 * fp32 promotes to fp32; one final rounding
         }
       }

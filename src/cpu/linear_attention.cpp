@@ -32,8 +32,10 @@ void causal_conv1d(const CausalConv1dParams& p) {
       // win row k holds input row t - K + 1 + k (zeros before the start).
       for (int64_t k = 0; k < kk; ++k) {
         const int64_t src = t - kk + 1 + k;
-        if (src < 0) std::fill_n(win.data() + k * ch, ch, 0.f);
-        else load_row_f32(p.x, src, ch, win.data() + k * ch);
+        if (src < 0)
+          std::fill_n(win.data() + k * ch, ch, 0.f);
+        else
+          load_row_f32(p.x, src, ch, win.data() + k * ch);
       }
       for (int64_t c = 0; c < ch; ++c) {
         float acc = 0.f;
@@ -124,7 +126,8 @@ void gated_delta_rule(const GatedDeltaRuleParams& p) {
         // A_ij = beta_i (k_i . k_j) exp(G_i - G_j); forward substitution row by row.
         for (int64_t i = 0; i < n; ++i) {
           for (int64_t d = 0; d < dk; ++d) kd[d] = k[i * dk + d] * beta[i];
-          for (int64_t j = 0; j < i; ++j) a[i * cs + j] = dot_f32(kd.data(), k.data() + j * dk, dk) * std::exp(g[i] - g[j]);
+          for (int64_t j = 0; j < i; ++j)
+            a[i * cs + j] = dot_f32(kd.data(), k.data() + j * dk, dk) * std::exp(g[i] - g[j]);
           float* ui = u.data() + i * dv;
           float* wi = w.data() + i * dk;
           for (int64_t d = 0; d < dv; ++d) ui[d] = v[i * dv + d] * beta[i];

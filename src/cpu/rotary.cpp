@@ -11,17 +11,15 @@ namespace magi2::cpu {
 
 void rotary(const RotaryParams& p) {
   const int64_t rows = p.x.size(0), cols = p.x.size(1);
-  MAGI2_CHECK(p.heads >= 1 && cols % p.heads == 0, "rotary: ", cols, " columns do not split into ", p.heads,
-              " heads");
+  MAGI2_CHECK(p.heads >= 1 && cols % p.heads == 0, "rotary: ", cols, " columns do not split into ", p.heads, " heads");
   const int64_t hd = cols / p.heads, rot = p.rotary_dim, half = rot / 2;
   check_2d(p.x, rows, cols, "rotary.x");
   MAGI2_CHECK(p.x.dtype() == DType::BF16 || p.x.dtype() == DType::F32, "rotary.x: expected bf16 or f32");
-  MAGI2_CHECK(rot >= 2 && rot % 2 == 0 && rot <= hd, "rotary: rotary_dim ", rot, " must be even and <= head_dim ",
-              hd);
+  MAGI2_CHECK(rot >= 2 && rot % 2 == 0 && rot <= hd, "rotary: rotary_dim ", rot, " must be even and <= head_dim ", hd);
   MAGI2_CHECK(p.inv_freq.dtype() == DType::F32 && p.inv_freq.numel() == half, "rotary.inv_freq: expected ", half,
               " f32 values");
-  MAGI2_CHECK(p.positions == nullptr || static_cast<int64_t>(p.positions->size()) == rows, "rotary: ",
-              p.positions ? p.positions->size() : 0, " positions for ", rows, " rows");
+  MAGI2_CHECK(p.positions == nullptr || static_cast<int64_t>(p.positions->size()) == rows,
+              "rotary: ", p.positions ? p.positions->size() : 0, " positions for ", rows, " rows");
   const float* inv = p.inv_freq.data_as<float>();
   const bool bf = p.x.dtype() == DType::BF16;
   auto rnd = [bf](float v) { return bf ? round_bf16(v) : v; };

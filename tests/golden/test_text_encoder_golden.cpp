@@ -9,7 +9,6 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
@@ -58,15 +57,26 @@ TEST(TextEncoderGolden, EnIntermediates) {
   // Measured: projections, norms and hidden_states[0..3] bit-exact; the delta
   // rule / gated norm / out_proj ~1e-5; the first full-attention layer's output
   // ~1e-3 (bf16 softmax rounding ties). Bounds ~10x the measurement.
-  struct Check { const char* ours; const char* golden; double rel; };
+  struct Check {
+    const char* ours;
+    const char* golden;
+    double rel;
+  };
   const Check checks[] = {
-      {"l0_input_layernorm", "en_l0_input_layernorm", 1e-6}, {"l0_in_proj_qkv", "en_l0_in_proj_qkv", 1e-6},
-      {"l0_in_proj_z", "en_l0_in_proj_z", 1e-6},             {"l0_in_proj_b", "en_l0_in_proj_b", 1e-6},
-      {"l0_in_proj_a", "en_l0_in_proj_a", 1e-6},             {"l0_core_attn_out", "en_l0_core_attn_out", 1e-4},
-      {"l0_gated_norm_out", "en_l0_gated_norm_out", 1e-4},   {"l0_out_proj", "en_l0_out_proj", 1e-4},
-      {"l0_mlp_out", "en_l0_mlp_out", 2e-4},                 {"l3_q_proj", "en_l3_q_proj", 1e-6},
-      {"l3_k_proj", "en_l3_k_proj", 1e-6},                   {"l3_v_proj", "en_l3_v_proj", 1e-6},
-      {"l3_o_proj_in", "en_l3_o_proj_in", 1e-2},             {"l3_o_proj_out", "en_l3_o_proj_out", 1e-2},
+      {"l0_input_layernorm", "en_l0_input_layernorm", 1e-6},
+      {"l0_in_proj_qkv", "en_l0_in_proj_qkv", 1e-6},
+      {"l0_in_proj_z", "en_l0_in_proj_z", 1e-6},
+      {"l0_in_proj_b", "en_l0_in_proj_b", 1e-6},
+      {"l0_in_proj_a", "en_l0_in_proj_a", 1e-6},
+      {"l0_core_attn_out", "en_l0_core_attn_out", 1e-4},
+      {"l0_gated_norm_out", "en_l0_gated_norm_out", 1e-4},
+      {"l0_out_proj", "en_l0_out_proj", 1e-4},
+      {"l0_mlp_out", "en_l0_mlp_out", 2e-4},
+      {"l3_q_proj", "en_l3_q_proj", 1e-6},
+      {"l3_k_proj", "en_l3_k_proj", 1e-6},
+      {"l3_v_proj", "en_l3_v_proj", 1e-6},
+      {"l3_o_proj_in", "en_l3_o_proj_in", 1e-2},
+      {"l3_o_proj_out", "en_l3_o_proj_out", 1e-2},
   };
   for (const auto& c : checks) {
     ASSERT_TRUE(cap.count(c.ours)) << c.ours;
@@ -95,17 +105,20 @@ TEST(TextEncoderGolden, FeaturesOfEveryPrompt) {
     ASSERT_EQ(static_cast<int64_t>(b.prompt.encoding.ids.size()), p.at("num_tokens").get<int64_t>()) << name;
     // Measured bf16 vs the CPU bf16 golden: rel_rms 0 (space) .. 0.0153 (i2v_json),
     // max_abs up to 0.98 (README: the official GPU bf16 run differs by 0.6-1.4 %).
-    const test::Diff db = report(str_cat(name, " bf16 vs golden"), b.features, fx.io->tensor(str_cat(name, "_features")));
+    const test::Diff db =
+        report(str_cat(name, " bf16 vs golden"), b.features, fx.io->tensor(str_cat(name, "_features")));
     EXPECT_LE(db.rel_rms, 0.03) << name;
     TextFeatures f = fx.fp32->encode(raw, i2v);
-    const test::Diff df = report(str_cat(name, " fp32 vs cpu_fp32"), f.features, fx.ref->tensor(str_cat(name, "_features_cpu_fp32")));
+    const test::Diff df =
+        report(str_cat(name, " fp32 vs cpu_fp32"), f.features, fx.ref->tensor(str_cat(name, "_features_cpu_fp32")));
     EXPECT_LE(df.rel_rms, 1e-5) << name;  // measured <= 3.2e-6
     if (i2v) {
       // The special token is exact given the golden features.
       Tensor gold = fx.io->tensor(str_cat(name, "_features"));
       Tensor rows = gold.reshape({gold.size(1), gold.size(2)}).to(DType::BF16);
       Tensor tok = special_token(rows, b.prompt.figure_indices);
-      const test::Diff ds = report(str_cat(name, " special token"), tok, fx.io->tensor(str_cat(name, "_special_token")));
+      const test::Diff ds =
+          report(str_cat(name, " special token"), tok, fx.io->tensor(str_cat(name, "_special_token")));
       EXPECT_EQ(ds.max_abs, 0.0) << name;
       ASSERT_EQ(b.special_token.size(1), gold.size(2));
     }

@@ -26,9 +26,8 @@ double rms_of(const std::vector<double>& v) {
 // ---- gated delta rule --------------------------------------------------------
 
 // o [L, Hv*dv] by the recurrence S_t = e^{g_t} S_{t-1} + k_t (beta_t (v_t - e^{g_t} S_{t-1}^T k_t))^T, o_t = S_t^T q_t.
-std::vector<double> delta_rule_ref(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a,
-                                   const Tensor& b, const Tensor& a_log, const Tensor& dt_bias, int hk, int hv,
-                                   bool bf16_beta) {
+std::vector<double> delta_rule_ref(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& a, const Tensor& b,
+                                   const Tensor& a_log, const Tensor& dt_bias, int hk, int hv, bool bf16_beta) {
   const int64_t len = q.size(0), dk = q.size(1) / hk, dv = v.size(1) / hv;
   std::vector<double> o(static_cast<size_t>(len * hv * dv));
   for (int h = 0; h < hv; ++h) {
@@ -81,8 +80,17 @@ TEST(OpsCpuText, GatedDeltaRuleChunkedMatchesRecurrence) {
     for (int chunk : {64, 16}) {
       auto outs = thread_invariant([&](Backend& be) {
         Tensor o = Tensor::zeros({L, hv * dv}, dt);
-        be.gated_delta_rule({.q = q, .k = k, .v = v, .a = a, .b = b, .a_log = a_log, .dt_bias = dt_bias, .o = o,
-                             .num_k_heads = hk, .num_v_heads = hv, .chunk_size = chunk});
+        be.gated_delta_rule({.q = q,
+                             .k = k,
+                             .v = v,
+                             .a = a,
+                             .b = b,
+                             .a_log = a_log,
+                             .dt_bias = dt_bias,
+                             .o = o,
+                             .num_k_heads = hk,
+                             .num_v_heads = hv,
+                             .chunk_size = chunk});
         return std::vector<Tensor>{o};
       });
       if (dt == DType::F32) {
@@ -131,12 +139,16 @@ TEST(OpsCpuText, CausalGqaAttentionAcrossKeyBlocks) {
           for (int64_t j = 0; j <= i; ++j) acc += s[j] / sum * at(v, j, kh * hd + e);
           const double out = at(outs[0], i, qh * hd + e);
           // bf16: the probabilities enter P V rounded to bf16 (relative 2^-9 each).
-          if (dt == DType::BF16) cb.add(out, acc, std::ldexp(1.0, -9));
-          else cf.add(out, acc, 1.0);
+          if (dt == DType::BF16)
+            cb.add(out, acc, std::ldexp(1.0, -9));
+          else
+            cf.add(out, acc, 1.0);
         }
       }
-    if (dt == DType::BF16) cb.done(0.5);
-    else cf.done();
+    if (dt == DType::BF16)
+      cb.done(0.5);
+    else
+      cf.done();
   }
 }
 
@@ -240,16 +252,28 @@ TEST(OpsCpuText, BadShapesAreErrors) {
   auto be = make_cpu_backend(1);
   Tensor q = Tensor::zeros({4, 32}, DType::BF16), v = Tensor::zeros({4, 48}, DType::BF16);
   Tensor ab = Tensor::zeros({4, 5}, DType::BF16), s = Tensor::zeros({6}, DType::F32);
-  EXPECT_TRUE(throws_with([&] {
-    be->gated_delta_rule({.q = q, .k = q, .v = v, .a = ab, .b = ab, .a_log = s, .dt_bias = s,
-                          .o = Tensor::zeros({4, 48}, DType::BF16), .num_k_heads = 2, .num_v_heads = 5});
-  }, {"gated_delta_rule"}));
-  EXPECT_TRUE(throws_with([&] {
-    be->causal_attention({.q = q, .k = q, .v = q, .o = q, .heads = 3, .kv_heads = 2, .scale = 1});
-  }, {"causal_attention"}));
-  EXPECT_TRUE(throws_with([&] {
-    be->causal_conv1d({.x = q, .w = Tensor::zeros({31, 4}, DType::BF16), .y = q});
-  }, {"causal_conv1d.w"}));
+  EXPECT_TRUE(throws_with(
+      [&] {
+        be->gated_delta_rule({.q = q,
+                              .k = q,
+                              .v = v,
+                              .a = ab,
+                              .b = ab,
+                              .a_log = s,
+                              .dt_bias = s,
+                              .o = Tensor::zeros({4, 48}, DType::BF16),
+                              .num_k_heads = 2,
+                              .num_v_heads = 5});
+      },
+      {"gated_delta_rule"}));
+  EXPECT_TRUE(throws_with(
+      [&] { be->causal_attention({.q = q, .k = q, .v = q, .o = q, .heads = 3, .kv_heads = 2, .scale = 1}); },
+      {"causal_attention"}));
+  EXPECT_TRUE(throws_with(
+      [&] {
+        be->causal_conv1d({.x = q, .w = Tensor::zeros({31, 4}, DType::BF16), .y = q});
+      },
+      {"causal_conv1d.w"}));
 }
 
 }  // namespace

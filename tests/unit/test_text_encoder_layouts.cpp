@@ -67,8 +67,8 @@ TEST(TinyTextEncoder, EncodesAnyUtf8Deterministically) {
 
 TEST(TinyTextEncoder, VlmLayoutGivesIdenticalFeatures) {
   nlohmann::json text = nlohmann::json::parse(read_text_file(tiny_dir() + "/config.json"));
-  nlohmann::json composite = {{"model_type", "qwen3_5"}, {"architectures", {"Qwen3_5ForConditionalGeneration"}},
-                              {"text_config", text}};
+  nlohmann::json composite = {
+      {"model_type", "qwen3_5"}, {"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"text_config", text}};
   const std::string vlm = relayout(
       "text_vlm", [](const std::string& n) { return "model.language_model." + n; },
       {{"lm_head.weight", Tensor::zeros({320, 64}, DType::BF16)}}, composite.dump(2));
@@ -88,18 +88,20 @@ TEST(TinyTextEncoder, MismatchesAreOneLineErrors) {
   const std::string cfg = read_text_file(tiny_dir() + "/config.json");
   // An unknown tensor and a missing one are reported together.
   const std::string d1 = relayout(
-      "text_bad_names",
-      [](const std::string& n) { return n == "norm.weight" ? std::string("final_norm.weight") : n; }, {}, cfg);
+      "text_bad_names", [](const std::string& n) { return n == "norm.weight" ? std::string("final_norm.weight") : n; },
+      {}, cfg);
   EXPECT_TRUE(test::throws_with([&] { TextEncoder::load(d1, *be); },
                                 {"1 missing [norm.weight]", "1 unexpected [final_norm.weight]"}));
   // A config whose hidden size does not fit the weights.
   nlohmann::json j = nlohmann::json::parse(cfg);
   j["hidden_size"] = 128;
-  const std::string d2 = relayout("text_bad_cfg", [](const std::string& n) { return n; }, {}, j.dump());
+  const std::string d2 = relayout(
+      "text_bad_cfg", [](const std::string& n) { return n; }, {}, j.dump());
   EXPECT_TRUE(test::throws_with([&] { TextEncoder::load(d2, *be); }, {"wrong shape", "embed_tokens.weight"}));
   j = nlohmann::json::parse(cfg);
   j["hidden_act"] = "gelu";
-  const std::string d3 = relayout("text_bad_act", [](const std::string& n) { return n; }, {}, j.dump());
+  const std::string d3 = relayout(
+      "text_bad_act", [](const std::string& n) { return n; }, {}, j.dump());
   EXPECT_TRUE(test::throws_with([&] { TextEncoder::load(d3, *be); }, {"hidden_act", "silu"}));
   EXPECT_TRUE(test::throws_with([&] { TextEncoder::load("/nonexistent/te", *be); }, {"/nonexistent/te"}));
 }

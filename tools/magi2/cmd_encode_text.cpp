@@ -68,12 +68,11 @@ int run_encode_text(const EncodeTextArgs& a) {
   }
   write_safetensors(a.output, out, {{"text_encoder", dir}});
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("encode-text: %lld tokens%s%s, %s, %.0f ms -> %s (raw_txt_feat %s%s)\n",
-              static_cast<long long>(f.features.size(0)),
-              a.negative ? str_cat(" + ", neg_len, " negative").c_str() : "",
-              a.i2v ? str_cat(", ", f.prompt.figure_indices.size(), " figure tokens").c_str() : "",
-              a.fp32 ? "fp32" : "bf16", ms, a.output.c_str(), shape_str(out[0].second.shape()).c_str(),
-              a.negative ? ", raw_null_txt_feat" : "");
+  std::printf(
+      "encode-text: %lld tokens%s%s, %s, %.0f ms -> %s (raw_txt_feat %s%s)\n",
+      static_cast<long long>(f.features.size(0)), a.negative ? str_cat(" + ", neg_len, " negative").c_str() : "",
+      a.i2v ? str_cat(", ", f.prompt.figure_indices.size(), " figure tokens").c_str() : "", a.fp32 ? "fp32" : "bf16",
+      ms, a.output.c_str(), shape_str(out[0].second.shape()).c_str(), a.negative ? ", raw_null_txt_feat" : "");
   return 0;
 }
 

@@ -117,7 +117,9 @@ int run_generate(const GenerateArgs& a) {
                       a.metrics.empty() ? std::string() : sample_output_path(a.metrics, i)});
     }
   } else {
-    const std::string prompt = has_prompt ? a.prompt : read_prompt_file(a.prompt_file);
+    const std::string prompt = has_prompt                  ? a.prompt
+                               : !a.prompt_file.empty()    ? read_prompt_file(a.prompt_file)
+                                                           : std::string();  // --text-features
     jobs.push_back({has_prompt ? "--prompt" : str_cat("--prompt-file ", a.prompt_file), prompt, seed, out,
                     a.metrics});
   }
@@ -163,6 +165,7 @@ int run_generate(const GenerateArgs& a) {
     conds[j] = encode ? encode_prompt(*enc, jobs[j].prompt, false, a.truncate, jobs[j].what).features : fixed_cond;
     prompt_ms[j] = ms_since(t_p);
   }
+  enc.reset();  // unmaps the text encoder weights before the denoising loop (the official code offloads it)
 
   for (size_t j = 0; j < jobs.size(); ++j) {
     const Job& job = jobs[j];

@@ -25,7 +25,9 @@ std::vector<Sample> load_samples(const std::string& path) {
   std::vector<Sample> out;
   for (size_t i = 0; i < j.size(); ++i) {
     const auto& e = j[i];
-    auto bad = [&](const std::string& why) { return Error(str_cat("--samples file '", path, "': sample ", i, ": ", why)); };
+    auto bad = [&](const std::string& why) {
+      return Error(str_cat("--samples file '", path, "': sample ", i, ": ", why));
+    };
     if (!e.is_object()) throw bad("expected an object {\"prompt\"|\"prompt_file\", \"image\"}");
     for (const auto& [k, v] : e.items())
       if (k != "prompt" && k != "prompt_file" && k != "image") throw bad(str_cat("unknown key '", k, "'"));

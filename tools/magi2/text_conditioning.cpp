@@ -2,8 +2,8 @@
 
 #include <cstdio>
 #include <cstring>
-#include <string_view>
 #include <filesystem>
+#include <string_view>
 
 #include "core/error.h"
 #include "io/mmap_file.h"
@@ -42,7 +42,8 @@ std::string plain_json_message(const std::string& what) {
   }
   for (const char* from : {"parse error at ", "syntax error while parsing ", "parse error: "}) {
     const size_t p = m.find(from);
-    if (p != std::string::npos) m.replace(p, std::strlen(from), std::string_view(from).starts_with("syntax") ? "while parsing " : "at ");
+    if (p != std::string::npos)
+      m.replace(p, std::strlen(from), std::string_view(from).starts_with("syntax") ? "while parsing " : "at ");
   }
   return m;
 }

@@ -60,8 +60,8 @@ constexpr const char* kTinyTextConfig = R"JSON({
 // A few frequent English pairs (byte-level form: 'Ġ' is the space byte), each
 // adding one token after the 256 byte symbols.
 const std::pair<const char*, const char*> kMerges[] = {
-    {"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}, {"i", "n"}, {"e", "r"}, {"a", "n"}, {"o", "n"}, {"Ġ", "a"},
-    {"r", "e"}, {"Ġ", "s"}, {"e", "n"}, {"Ġ", "w"}, {"o", "r"}, {"in", "g"}, {"Ġ", "c"}, {"a", "t"},
+    {"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}, {"i", "n"}, {"e", "r"}, {"a", "n"},  {"o", "n"}, {"Ġ", "a"},
+    {"r", "e"}, {"Ġ", "s"}, {"e", "n"},   {"Ġ", "w"}, {"o", "r"}, {"in", "g"}, {"Ġ", "c"}, {"a", "t"},
 };
 const char* const kSpecials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 constexpr int kFirstSpecial = 256 + static_cast<int>(std::size(kMerges));  // 272
@@ -71,8 +71,8 @@ constexpr const char* kSplitRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 ojson added_token(int id, const char* content) {
-  return {{"id", id},           {"content", content}, {"single_word", false}, {"lstrip", false},
-          {"rstrip", false},    {"normalized", false}, {"special", true}};
+  return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
+          {"rstrip", false}, {"normalized", false}, {"special", true}};
 }
 
 // Init per tensor (transformers conventions, scaled to keep a random network's
@@ -141,16 +141,11 @@ std::string tiny_tokenizer_config_json() {
     e.erase("id");
     dec[std::to_string(kFirstSpecial + i)] = e;
   }
-  ojson c = {{"add_prefix_space", false},
-             {"added_tokens_decoder", dec},
-             {"bos_token", nullptr},
-             {"clean_up_tokenization_spaces", false},
-             {"eos_token", "<|im_end|>"},
-             {"errors", "replace"},
-             {"model_max_length", 262144},
-             {"pad_token", "<|endoftext|>"},
-             {"split_special_tokens", false},
-             {"tokenizer_class", "Qwen3_5Tokenizer"},
+  ojson c = {{"add_prefix_space", false},     {"added_tokens_decoder", dec},
+             {"bos_token", nullptr},          {"clean_up_tokenization_spaces", false},
+             {"eos_token", "<|im_end|>"},     {"errors", "replace"},
+             {"model_max_length", 262144},    {"pad_token", "<|endoftext|>"},
+             {"split_special_tokens", false}, {"tokenizer_class", "Qwen3_5Tokenizer"},
              {"unk_token", nullptr}};
   return c.dump(2) + "\n";
 }

@@ -34,8 +34,8 @@ std::unique_ptr<TextEncoder> TextEncoder::load(const std::string& dir, Backend& 
   e->dir_ = dir;
   e->cfg_ = TextConfig::from_file(cfg_path.string());
   const int out_layer = e->cfg_.num_hidden_layers - 1 - skip_layer;
-  MAGI2_CHECK(skip_layer >= 0 && out_layer >= 0, "text encoder config '", cfg_path.string(), "': ",
-              e->cfg_.num_hidden_layers, " layers cannot give hidden_states[-", skip_layer + 1, "]");
+  MAGI2_CHECK(skip_layer >= 0 && out_layer >= 0, "text encoder config '", cfg_path.string(),
+              "': ", e->cfg_.num_hidden_layers, " layers cannot give hidden_states[-", skip_layer + 1, "]");
   e->ckpt_ = Checkpoint::open(dir);
   e->w_ = TextWeights::bind(e->ckpt_, e->cfg_, dtype, out_layer + 1);
   e->tok_ = Tokenizer::load(dir);
@@ -47,8 +47,8 @@ Tensor TextEncoder::features(const std::vector<int64_t>& ids, const TextTrace& t
   return model_->forward(ids, trace);
 }
 
-TextFeatures TextEncoder::encode(std::string_view prompt, bool i2v, const EncodeOptions& opt,
-                                 JsonPromptPolicy policy, const TextTrace& trace) const {
+TextFeatures TextEncoder::encode(std::string_view prompt, bool i2v, const EncodeOptions& opt, JsonPromptPolicy policy,
+                                 const TextTrace& trace) const {
   if (policy == JsonPromptPolicy::kStrict) (void)normalize_prompt(prompt, JsonPromptPolicy::kStrict);
   TextFeatures f;
   f.prompt = prepare_prompt(*tok_, prompt, i2v, opt);

@@ -14,8 +14,7 @@ TextModel::TextModel(const TextConfig& cfg, const TextWeights& w, Backend& be, i
   const int rot = cfg.rotary_dim();
   std::vector<float> inv(static_cast<size_t>(rot / 2));
   const float base = static_cast<float>(cfg.rope_theta);
-  for (int i = 0; i < rot / 2; ++i)
-    inv[i] = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(rot));
+  for (int i = 0; i < rot / 2; ++i) inv[i] = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(rot));
   inv_freq_ = Tensor::from_f32({rot / 2}, inv);
 }
 
@@ -48,8 +47,10 @@ Tensor TextModel::forward(const std::vector<int64_t>& ids, const TextTrace& trac
     const TextLayerWeights& L = w_.layers[l];
     be_.rms_norm({.x = h, .w = L.input_layernorm, .y = xn, .groups = Groups::single(len), .eps = eps});
     emit("input_layernorm", l, xn);
-    if (L.full_attention) full_attention(L, xn, mix, l, trace);
-    else linear_attention(L, xn, mix, l, trace);
+    if (L.full_attention)
+      full_attention(L, xn, mix, l, trace);
+    else
+      linear_attention(L, xn, mix, l, trace);
     be_.add({.a = h, .b = mix, .out = h});
     be_.rms_norm({.x = h, .w = L.post_attention_layernorm, .y = xn, .groups = Groups::single(len), .eps = eps});
     mlp(L, xn, mix);
@@ -87,8 +88,8 @@ void TextModel::linear_attention(const TextLayerWeights& L, const Tensor& x, con
                         .num_k_heads = cfg_.linear_num_key_heads,
                         .num_v_heads = cfg_.linear_num_value_heads});
   Tensor gated = be_.alloc({len, vd}, dt);
-  be_.gated_rms_norm({.x = core, .z = z, .w = L.gated_norm, .y = gated, .heads = hv,
-                      .eps = static_cast<float>(cfg_.rms_norm_eps)});
+  be_.gated_rms_norm(
+      {.x = core, .z = z, .w = L.gated_norm, .y = gated, .heads = hv, .eps = static_cast<float>(cfg_.rms_norm_eps)});
   be_.linear({.x = gated, .w = L.out_proj, .y = out, .groups = one});
   if (trace) {
     trace("in_proj_qkv", layer, qkv);
@@ -114,8 +115,11 @@ void TextModel::full_attention(const TextLayerWeights& L, const Tensor& x, const
   be_.linear({.x = x, .w = L.q_proj, .y = qg, .groups = one});
   const Tensor per_head = qg.reshape({len * h, 2 * hd});  // rows (token, head): [query | gate]
   Tensor q = be_.alloc({len, h * hd}, dt);
-  be_.rms_norm({.x = per_head.slice_cols(0, hd), .w = L.q_norm, .y = q.reshape({len * h, hd}),
-                .groups = Groups::single(len * h), .eps = eps});
+  be_.rms_norm({.x = per_head.slice_cols(0, hd),
+                .w = L.q_norm,
+                .y = q.reshape({len * h, hd}),
+                .groups = Groups::single(len * h),
+                .eps = eps});
   Tensor k = be_.alloc({len, hkv * hd}, dt), v = be_.alloc({len, hkv * hd}, dt);
   Tensor kn = be_.alloc({len, hkv * hd}, dt);
   be_.linear({.x = x, .w = L.k_proj, .y = k, .groups = one});
@@ -124,7 +128,12 @@ void TextModel::full_attention(const TextLayerWeights& L, const Tensor& x, const
   be_.rotary({.x = q, .inv_freq = inv_freq_, .heads = h, .rotary_dim = cfg_.rotary_dim()});
   be_.rotary({.x = kn, .inv_freq = inv_freq_, .heads = hkv, .rotary_dim = cfg_.rotary_dim()});
   Tensor o = be_.alloc({len, h * hd}, dt);
-  be_.causal_attention({.q = q, .k = kn, .v = v, .o = o, .heads = h, .kv_heads = hkv,
+  be_.causal_attention({.q = q,
+                        .k = kn,
+                        .v = v,
+                        .o = o,
+                        .heads = h,
+                        .kv_heads = hkv,
                         .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))});
   const Tensor o_rows = o.reshape({len * h, hd});
   be_.sigmoid_mul({.x = o_rows, .g = per_head.slice_cols(hd, 2 * hd), .out = o_rows});

@@ -66,8 +66,9 @@ bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p,
 
 std::vector<TextTensorSpec> text_tensor_specs(const TextConfig& cfg) {
   std::vector<TextTensorSpec> out;
-  visit_text_tensors(cfg, nullptr,
-                     [&](const std::string& n, const Shape& s, Kind, int, Tensor*) { out.push_back({n, s}); });
+  visit_text_tensors(cfg, nullptr, [&](const std::string& n, const Shape& s, Kind, int, Tensor*) {
+    out.push_back({n, s});
+  });
   return out;
 }
 
@@ -79,8 +80,10 @@ TextWeights TextWeights::bind(const Checkpoint& ckpt, const TextConfig& cfg, DTy
   w.num_bound_layers = std::min(num_layers_needed, cfg.num_hidden_layers);
   for (int l = 0; l < cfg.num_hidden_layers; ++l) w.layers[l].full_attention = cfg.full_attention[l];
   const std::string vlm = "model.language_model.";
-  if (ckpt.contains(vlm + "embed_tokens.weight")) w.prefix = vlm;
-  else if (ckpt.contains("model.embed_tokens.weight")) w.prefix = "model.";  // *ForCausalLM layout
+  if (ckpt.contains(vlm + "embed_tokens.weight"))
+    w.prefix = vlm;
+  else if (ckpt.contains("model.embed_tokens.weight"))
+    w.prefix = "model.";  // *ForCausalLM layout
   std::map<std::string, bool> used;
   std::vector<std::string> missing, wrong;
   visit_text_tensors(cfg, &w, [&](const std::string& name, const Shape& shape, Kind kind, int layer, Tensor* dst) {
@@ -113,10 +116,12 @@ TextWeights TextWeights::bind(const Checkpoint& ckpt, const TextConfig& cfg, DTy
   std::vector<std::string> unexpected;
   for (const auto& raw : ckpt.names()) {
     if (used.count(raw)) continue;
-    const bool ignored = !w.prefix.empty() && (raw == "lm_head.weight" || starts_with(raw, "mtp.") ||
-                                               starts_with(raw, "model.visual."));
-    if (ignored) w.num_ignored += 1;
-    else unexpected.push_back(raw);
+    const bool ignored =
+        !w.prefix.empty() && (raw == "lm_head.weight" || starts_with(raw, "mtp.") || starts_with(raw, "model.visual."));
+    if (ignored)
+      w.num_ignored += 1;
+    else
+      unexpected.push_back(raw);
   }
   if (!missing.empty() || !unexpected.empty() || !wrong.empty()) {
     std::ostringstream os;

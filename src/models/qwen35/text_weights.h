@@ -45,8 +45,8 @@ struct TextWeights {
   Tensor norm;                ///< final norm [D] f32 (unused by the features)
   std::vector<TextLayerWeights> layers;
   int num_bound_layers = 0;
-  std::string prefix;         ///< "", "model." (CausalLM) or "model.language_model." (VLM layout)
-  size_t num_ignored = 0;     ///< tensors skipped on purpose (lm_head, mtp.*, model.visual.*)
+  std::string prefix;      ///< "", "model." (CausalLM) or "model.language_model." (VLM layout)
+  size_t num_ignored = 0;  ///< tensors skipped on purpose (lm_head, mtp.*, model.visual.*)
 
   /// Binds every tensor of `cfg` from `ckpt`, accepting the plain layout
   /// (`embed_tokens.weight`, `layers.N...`, `norm.weight`) and the VLM layout
