@@ -96,6 +96,18 @@ TEST(EncodeText, I2vWritesTheSpecialToken) {
   EXPECT_LE(compare(f->tensor("special_token"), io->tensor("i2v_en_special_token")).rel_rms, 0.03);
 }
 
+TEST(EncodeText, PromptFilesAreStrippedLikePython) {
+  const std::string dir = temp_dir("encode_text_strip");
+  // U+3000 ideographic space and U+00A0 no-break space count as whitespace for str.strip().
+  const std::string pf = write_file(dir + "/p.txt", "\xe3\x80\x80 a fox\xc2\xa0\r\n\n");
+  ASSERT_EQ(magi2(enc("--prompt-file " + pf + " -o " + dir + "/a.safetensors")).rc, 0);
+  ASSERT_EQ(magi2(enc("--prompt 'a fox' -o " + dir + "/b.safetensors")).rc, 0);
+  const Tensor a = SafetensorsFile::open(dir + "/a.safetensors")->tensor("txt_input_ids");
+  const Tensor b = SafetensorsFile::open(dir + "/b.safetensors")->tensor("txt_input_ids");
+  ASSERT_EQ(a.nbytes(), b.nbytes());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes()));
+}
+
 TEST(EncodeText, BadPromptsAreOneLineErrors) {
   const std::string dir = temp_dir("encode_text_bad");
   const std::string out = " -o " + dir + "/f.safetensors";

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/mmap_file.h"
 #include "models/qwen35/prompt.h"
+#include "models/qwen35/tok_unicode.h"
 
 namespace magi2::cli {
 
@@ -22,14 +23,24 @@ std::string find_text_encoder_dir(const std::string& model_root, const std::stri
   return dir.string();
 }
 
+namespace {
+
+// Python str.isspace(): the characters str.strip() removes.
+bool py_isspace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+}  // namespace
+
 std::string read_prompt_file(const std::string& path) {
   std::error_code ec;
   MAGI2_CHECK(fs::is_regular_file(path, ec), "prompt file '", path, "' does not exist or is not a file");
-  std::string s = read_text_file(path);
-  const char* ws = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return {};
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+  const std::u32string text = qwen35::utf8_decode(read_text_file(path), str_cat("prompt file '", path, "'"));
+  size_t b = 0, e = text.size();
+  while (b < e && py_isspace(text[b])) ++b;
+  while (e > b && py_isspace(text[e - 1])) --e;
+  return qwen35::utf8_encode(std::u32string_view(text).substr(b, e - b));
 }
 
 std::string plain_json_message(const std::string& what) {

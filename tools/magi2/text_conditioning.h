@@ -19,8 +19,10 @@ namespace magi2::cli {
 /// `model_root`/text_encoder. Error naming the folder when it has no config.json.
 std::string find_text_encoder_dir(const std::string& model_root, const std::string& override_dir);
 
-/// Contents of a prompt file with leading/trailing whitespace removed (as the
-/// official `open(f).read().strip()`). Errors: unreadable file (names it).
+/// Contents of a prompt file (UTF-8) with leading/trailing whitespace removed
+/// as the official `open(f).read().strip()` does (Python's str.isspace set,
+/// Unicode spaces included). Errors: missing/unreadable file or invalid UTF-8
+/// (names the file).
 std::string read_prompt_file(const std::string& path);
 
 /// The negative prompt: `flag_value` when non-empty, else the built-in
