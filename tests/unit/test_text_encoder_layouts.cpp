@@ -32,14 +32,15 @@ std::string tiny_dir() {
   return dir;
 }
 
-// Copies the tiny text encoder with every tensor renamed by `rename`, plus
-// `extra` tensors, and config.json replaced by `config`.
+// Copies the tiny text encoder with every tensor renamed by `rename` (and
+// stored as `dtype`), plus `extra` tensors, and config.json replaced by `config`.
 std::string relayout(const std::string& tag, const std::function<std::string(const std::string&)>& rename,
-                     const std::vector<std::pair<std::string, Tensor>>& extra, const std::string& config) {
+                     const std::vector<std::pair<std::string, Tensor>>& extra, const std::string& config,
+                     DType dtype = DType::BF16) {
   const std::string d = test::temp_dir(tag);
   auto src = SafetensorsFile::open(tiny_dir() + "/model.safetensors");
   std::vector<std::pair<std::string, Tensor>> ts = extra;
-  for (const auto& e : src->entries()) ts.emplace_back(rename(e.name), src->tensor(e.name));
+  for (const auto& e : src->entries()) ts.emplace_back(rename(e.name), src->tensor(e.name).to(dtype));
   write_safetensors(d + "/model.safetensors", ts);
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(tiny_dir() + "/" + f, d + "/" + f);
   write_file_atomic(d + "/config.json", config);
@@ -65,7 +66,7 @@ TEST(TinyTextEncoder, EncodesAnyUtf8Deterministically) {
   EXPECT_EQ(0, std::memcmp(f.features.data(), g.data(), g.nbytes()));
 }
 
-TEST(TinyTextEncoder, VlmLayoutGivesIdenticalFeatures) {
+TEST(TinyTextEncoder, VlmLayoutAndF32StorageGiveIdenticalFeatures) {
   nlohmann::json text = nlohmann::json::parse(read_text_file(tiny_dir() + "/config.json"));
   nlohmann::json composite = {
       {"model_type", "qwen3_5"}, {"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"text_config", text}};
@@ -81,6 +82,13 @@ TEST(TinyTextEncoder, VlmLayoutGivesIdenticalFeatures) {
   const Tensor b = other->encode("a fox in the snow", false).features;
   ASSERT_EQ(a.nbytes(), b.nbytes());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes()));
+  // The same values stored as f32: rounded back to bf16 at load, same features.
+  const std::string f32 = relayout(
+      "text_f32", [](const std::string& n) { return n; }, {}, read_text_file(tiny_dir() + "/config.json"),
+      DType::F32);
+  const Tensor c = TextEncoder::load(f32, *be)->encode("a fox in the snow", false).features;
+  ASSERT_EQ(a.nbytes(), c.nbytes());
+  EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.nbytes()));
 }
 
 TEST(TinyTextEncoder, MismatchesAreOneLineErrors) {

@@ -98,19 +98,24 @@ TextWeights TextWeights::bind(const Checkpoint& ckpt, const TextConfig& cfg, DTy
       wrong.push_back(str_cat(raw, " (expected ", shape_str(shape), ", got ", shape_str(e.shape), ")"));
       return;
     }
-    if (e.dtype != DType::BF16) {
-      wrong.push_back(str_cat(raw, " (dtype ", dtype_name(e.dtype), ", expected BF16)"));
+    if (e.dtype != DType::BF16 && e.dtype != DType::F16 && e.dtype != DType::F32) {
+      wrong.push_back(str_cat(raw, " (dtype ", dtype_name(e.dtype), " is not a float type)"));
       return;
     }
     Tensor t = ckpt.tensor(raw);
+    // The official encoder loads with torch_dtype=bfloat16: a non-bf16 tensor is
+    // rounded to bf16 once (a converted copy replaces the mmap'd view); the fp32
+    // reference mode keeps f32 tensors as stored.
+    const bool keep_f32 = dtype == DType::F32 && e.dtype == DType::F32;
+    if (e.dtype != DType::BF16 && !keep_f32) t = t.to(DType::BF16);
     if (kind == Kind::Raw) {
-      *dst = t;
+      *dst = t.dtype() == DType::BF16 ? t : t.to(DType::BF16);  // gathered as bf16 rows
     } else if (kind == Kind::Gain) {
       *dst = t.to(DType::F32);  // tiny: norm gains and per-head scalars, exact widening
     } else {
       if (shape.size() == 3) t = t.reshape({shape[0], shape[2]});  // conv1d [C, 1, K] -> [C, K]
       const bool needed = layer < w.num_bound_layers;
-      *dst = (dtype == DType::F32 && needed) ? t.to(DType::F32) : t;
+      *dst = (dtype == DType::F32 && needed && t.dtype() != DType::F32) ? t.to(DType::F32) : t;
     }
   });
   std::vector<std::string> unexpected;

@@ -52,17 +52,17 @@ struct TextWeights {
   /// (`embed_tokens.weight`, `layers.N...`, `norm.weight`) and the VLM layout
   /// (the same under `model.language_model.`, or `model.` as in a
   /// *ForCausalLM folder, with `lm_head.weight`, `mtp.*` and `model.visual.*`
-  /// ignored). Stored tensors must be bf16 (the official
-  /// encoder loads in bf16). With dtype BF16 linear weights are zero-copy
-  /// views of the mmap'd shards; with F32 (the fp32 reference mode) layers
-  /// below `num_layers_needed` are upcast once (a converted copy) and the
-  /// rest stay unconverted. Missing, unexpected, wrong-shape and
-  /// wrong-dtype tensors are reported together in one Error naming the
-  /// checkpoint.
+  /// ignored). Stored bf16 tensors are zero-copy views of the mmap'd shards;
+  /// f16/f32 ones are rounded to bf16 once, as the official
+  /// torch_dtype=bfloat16 load (a converted copy replaces the view). With F32
+  /// (the fp32 reference mode) linear weights of the layers below
+  /// `num_layers_needed` are upcast once (f32 tensors kept as stored) and the
+  /// rest stay unconverted. Missing, unexpected, wrong-shape and non-float
+  /// tensors are reported together in one Error naming the checkpoint.
   static TextWeights bind(const Checkpoint& ckpt, const TextConfig& cfg, DType dtype, int num_layers_needed);
 };
 
-/// Expected tensor of the plain layout: name, shape (stored dtype is bf16).
+/// Expected tensor of the plain layout: name, shape (released in bf16).
 struct TextTensorSpec {
   std::string name;
   Shape shape;
