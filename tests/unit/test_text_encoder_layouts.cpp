@@ -52,7 +52,14 @@ TEST(TinyTextEncoder, EncodesAnyUtf8Deterministically) {
   auto enc = TextEncoder::load(tiny_dir(), *be);
   EXPECT_EQ(enc->config().hidden_size, 64);
   EXPECT_EQ(enc->config().num_hidden_layers, 8);
-  EXPECT_EQ(enc->tokenizer().token_to_id("<|im_end|>"), 274);
+  const auto cfg = nlohmann::json::parse(read_text_file(tiny_dir() + "/config.json"));
+  EXPECT_EQ(enc->tokenizer().token_to_id("<|im_end|>"), cfg.at("eos_token_id").get<int64_t>());
+  EXPECT_EQ(enc->tokenizer().token_to_id("<|endoftext|>"), cfg.at("pad_token_id").get<int64_t>());
+  EXPECT_LE(enc->tokenizer().id_bound(), enc->config().vocab_size);
+  // The merges learned from the default negative prompt make it a few hundred tokens.
+  const auto neg = enc->tokenizer().encode(std::string(default_negative_prompt()));
+  EXPECT_LT(neg.size(), 600u);  // 477 (1721 bytes)
+  EXPECT_EQ(enc->tokenizer().decode(neg.ids), std::string(default_negative_prompt()));
   const TextFeatures f = enc->encode("The cat, 猫 and 🐈 — naïve café.\n", false);
   EXPECT_EQ(f.prompt.encoding.num_dropped_bytes, 0);
   EXPECT_EQ(enc->tokenizer().decode(f.prompt.encoding.ids), "The cat, 猫 and 🐈 — naïve café.\n");
@@ -72,7 +79,7 @@ TEST(TinyTextEncoder, VlmLayoutAndF32StorageGiveIdenticalFeatures) {
       {"model_type", "qwen3_5"}, {"architectures", {"Qwen3_5ForConditionalGeneration"}}, {"text_config", text}};
   const std::string vlm = relayout(
       "text_vlm", [](const std::string& n) { return "model.language_model." + n; },
-      {{"lm_head.weight", Tensor::zeros({320, 64}, DType::BF16)}}, composite.dump(2));
+      {{"lm_head.weight", Tensor::zeros({text.at("vocab_size").get<int64_t>(), 64}, DType::BF16)}}, composite.dump(2));
   auto be = make_cpu_backend(1);
   auto plain = TextEncoder::load(tiny_dir(), *be);
   auto other = TextEncoder::load(vlm, *be);
@@ -84,8 +91,7 @@ TEST(TinyTextEncoder, VlmLayoutAndF32StorageGiveIdenticalFeatures) {
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes()));
   // The same values stored as f32: rounded back to bf16 at load, same features.
   const std::string f32 = relayout(
-      "text_f32", [](const std::string& n) { return n; }, {}, read_text_file(tiny_dir() + "/config.json"),
-      DType::F32);
+      "text_f32", [](const std::string& n) { return n; }, {}, read_text_file(tiny_dir() + "/config.json"), DType::F32);
   const Tensor c = TextEncoder::load(f32, *be)->encode("a fox in the snow", false).features;
   ASSERT_EQ(a.nbytes(), c.nbytes());
   EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.nbytes()));

@@ -1,8 +1,11 @@
 #include "tiny_text_encoder.h"
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -10,6 +13,7 @@
 #include "core/tensor.h"
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
+#include "models/qwen35/prompt.h"
 #include "models/qwen35/text_config.h"
 #include "models/qwen35/text_weights.h"
 #include "models/qwen35/tok_pretokenize.h"
@@ -23,8 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-// The golden qwen35_text_tiny config, except a vocabulary sized for the
-// generated tokenizer (256 bytes + merges + 3 specials, rounded up to 64).
+// The golden qwen35_text_tiny config; vocab_size and the special ids are set
+// from the generated tokenizer (256 bytes + merges + 3 specials, rounded up to 64).
 constexpr const char* kTinyTextConfig = R"JSON({
   "architectures": ["Qwen3_5TextModel"],
   "model_type": "qwen3_5_text",
@@ -51,20 +55,73 @@ constexpr const char* kTinyTextConfig = R"JSON({
   "rope_parameters": {"mrope_interleaved": true, "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.25,
                       "rope_theta": 10000000.0, "rope_type": "default"},
   "tie_word_embeddings": false,
-  "vocab_size": 320,
-  "pad_token_id": 272,
-  "eos_token_id": 274,
+  "vocab_size": 0,
+  "pad_token_id": 0,
+  "eos_token_id": 0,
   "bos_token_id": null
 })JSON";
 
-// A few frequent English pairs (byte-level form: 'Ġ' is the space byte), each
-// adding one token after the 256 byte symbols.
-const std::pair<const char*, const char*> kMerges[] = {
-    {"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}, {"i", "n"}, {"e", "r"}, {"a", "n"},  {"o", "n"}, {"Ġ", "a"},
-    {"r", "e"}, {"Ġ", "s"}, {"e", "n"},   {"Ġ", "w"}, {"o", "r"}, {"in", "g"}, {"Ġ", "c"}, {"a", "t"},
-};
 const char* const kSpecials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-constexpr int kFirstSpecial = 256 + static_cast<int>(std::size(kMerges));  // 272
+constexpr int kMaxMerges = 500;
+
+std::string byte_symbol(unsigned char b) { return qwen35::utf8_encode(std::u32string(1, qwen35::byte_to_unicode(b))); }
+
+// BPE merges learned here, deterministically, from the text the tiny model
+// always encodes: the official default negative prompt (so its 1721 bytes
+// become a few hundred tokens rather than one per byte). Words are split as
+// the Qwen3.5 pattern roughly does (an optional leading space or mark, then
+// letters); pairs never cross words. Each round merges the most frequent
+// adjacent pair (ties: the lexicographically smallest), until kMaxMerges or
+// every word is one symbol.
+const std::vector<std::pair<std::string, std::string>>& tiny_merges() {
+  static const std::vector<std::pair<std::string, std::string>> merges = [] {
+    const std::string_view text = qwen35::default_negative_prompt();
+    std::map<std::string, int> word_counts;
+    for (size_t i = 0; i < text.size();) {
+      size_t j = i + 1;
+      auto letter = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; };
+      if (letter(text[i]) || (j < text.size() && letter(text[j])))
+        while (j < text.size() && letter(text[j])) ++j;
+      word_counts[std::string(text.substr(i, j - i))] += 1;
+      i = j;
+    }
+    std::vector<std::pair<std::vector<std::string>, int>> words;
+    for (const auto& [w, n] : word_counts) {
+      std::vector<std::string> syms;
+      for (unsigned char c : w) syms.push_back(byte_symbol(c));
+      words.emplace_back(std::move(syms), n);
+    }
+    std::vector<std::pair<std::string, std::string>> out;
+    while (static_cast<int>(out.size()) < kMaxMerges) {
+      std::map<std::pair<std::string, std::string>, int> pairs;
+      for (const auto& [syms, n] : words)
+        for (size_t k = 0; k + 1 < syms.size(); ++k) pairs[{syms[k], syms[k + 1]}] += n;
+      const std::pair<std::string, std::string>* best = nullptr;
+      int best_n = 0;
+      for (const auto& [pr, n] : pairs)  // std::map order: the first maximum is the smallest pair
+        if (n > best_n) best = &pr, best_n = n;
+      if (!best) break;
+      const auto chosen = *best;
+      out.push_back(chosen);
+      for (auto& [syms, n] : words) {
+        std::vector<std::string> next;
+        for (size_t k = 0; k < syms.size(); ++k) {
+          if (k + 1 < syms.size() && syms[k] == chosen.first && syms[k + 1] == chosen.second) {
+            next.push_back(chosen.first + chosen.second);
+            ++k;
+          } else {
+            next.push_back(syms[k]);
+          }
+        }
+        syms = std::move(next);
+      }
+    }
+    return out;
+  }();
+  return merges;
+}
+
+int first_special_id() { return 256 + static_cast<int>(tiny_merges().size()); }
 
 // The Qwen3.5 pre-tokenizer split pattern (tokenizer.json of the release).
 constexpr const char* kSplitRegex =
@@ -92,20 +149,27 @@ double draw(const std::string& name, const Shape& shape, uint64_t key, uint64_t 
 
 }  // namespace
 
-std::string tiny_text_config_json() { return ojson::parse(kTinyTextConfig).dump(2) + "\n"; }
+std::string tiny_text_config_json() {
+  ojson c = ojson::parse(kTinyTextConfig);
+  const int specials = first_special_id();
+  c["vocab_size"] = (specials + 3 + 63) / 64 * 64;  // the embedding rows, a multiple of 64 as in the release
+  c["pad_token_id"] = specials;                     // <|endoftext|>
+  c["eos_token_id"] = specials + 2;                 // <|im_end|>
+  return c.dump(2) + "\n";
+}
 
 std::string tiny_tokenizer_json() {
   ojson vocab = ojson::object();
-  for (int b = 0; b < 256; ++b)
-    vocab[qwen35::utf8_encode(std::u32string(1, qwen35::byte_to_unicode(static_cast<unsigned char>(b))))] = b;
+  for (int b = 0; b < 256; ++b) vocab[byte_symbol(static_cast<unsigned char>(b))] = b;
   ojson merges = ojson::array();
   int next = 256;
-  for (const auto& [l, r] : kMerges) {
-    vocab[std::string(l) + r] = next++;
+  for (const auto& [l, r] : tiny_merges()) {
+    const std::string merged = l + r;
+    if (!vocab.contains(merged)) vocab[merged] = next++;
     merges.push_back({l, r});
   }
   ojson added = ojson::array();
-  for (int i = 0; i < 3; ++i) added.push_back(added_token(kFirstSpecial + i, kSpecials[i]));
+  for (int i = 0; i < 3; ++i) added.push_back(added_token(first_special_id() + i, kSpecials[i]));
   ojson t = {
       {"version", "1.0"},
       {"truncation", nullptr},
@@ -137,9 +201,9 @@ std::string tiny_tokenizer_json() {
 std::string tiny_tokenizer_config_json() {
   ojson dec = ojson::object();
   for (int i = 0; i < 3; ++i) {
-    ojson e = added_token(kFirstSpecial + i, kSpecials[i]);
+    ojson e = added_token(first_special_id() + i, kSpecials[i]);
     e.erase("id");
-    dec[std::to_string(kFirstSpecial + i)] = e;
+    dec[std::to_string(first_special_id() + i)] = e;
   }
   ojson c = {{"add_prefix_space", false},     {"added_tokens_decoder", dec},
              {"bos_token", nullptr},          {"clean_up_tokenization_spaces", false},

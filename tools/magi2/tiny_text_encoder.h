@@ -12,12 +12,15 @@ namespace magi2::cli {
 /// config.json of the tiny text encoder: model_type qwen3_5_text, the values
 /// of shared/golden/qwen35_text_tiny/text_encoder/config.json (hidden 64,
 /// 8 layers [lin, lin, lin, full] x 2, MLP 160, 4/2 heads x 32, DeltaNet 2/6
-/// heads x 16, conv 4, partial rotary 0.25, theta 1e7) with vocab_size 320.
+/// heads x 16, conv 4, partial rotary 0.25, theta 1e7) with vocab_size, pad
+/// and eos ids from tiny_tokenizer_json().
 std::string tiny_text_config_json();
 
 /// A byte-level BPE tokenizer.json in the Qwen3.5 format, generated here:
-/// the 256 byte symbols (id = byte value), a few English merges, the special
-/// tokens <|endoftext|>, <|im_start|>, <|im_end|> after them; NFC normaliser,
+/// the 256 byte symbols (id = byte value), up to 500 merges learned
+/// deterministically from the default negative prompt (which every generate
+/// run encodes), the special tokens <|endoftext|>, <|im_start|>, <|im_end|>
+/// after them; NFC normaliser,
 /// the Qwen3.5 Split + ByteLevel pre-tokenizer, ByteLevel post-processor and
 /// decoder. Any UTF-8 text encodes (every byte has a symbol).
 std::string tiny_tokenizer_json();
