@@ -67,6 +67,14 @@ class CpuBackend final : public Backend {
   void avg_down3d(const AvgDown3dParams& p) override { cpu::avg_down3d(p); }
   void spatial_attention(const SpatialAttentionParams& p) override { cpu::spatial_attention(p); }
   void channel_affine(const ChannelAffineParams& p) override { cpu::channel_affine(p); }
+  // Qwen3.5 text encoder
+  void causal_conv1d(const CausalConv1dParams& p) override { cpu::causal_conv1d(p); }
+  void gated_delta_rule(const GatedDeltaRuleParams& p) override { cpu::gated_delta_rule(p); }
+  void gated_rms_norm(const GatedRmsNormParams& p) override { cpu::gated_rms_norm(p); }
+  void rotary(const RotaryParams& p) override { cpu::rotary(p); }
+  void causal_attention(const CausalAttentionParams& p) override { cpu::causal_attention(p); }
+  void sigmoid_mul(const SigmoidMulParams& p) override { cpu::sigmoid_mul(p); }
+  void silu_mul(const SiluMulParams& p) override { cpu::silu_mul(p); }
 };
 
 }  // namespace

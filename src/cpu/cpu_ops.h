@@ -36,5 +36,12 @@ void channel_l2_norm(const ChannelL2NormParams& p);      // wan_vae.cpp
 void avg_down3d(const AvgDown3dParams& p);               // wan_vae.cpp
 void spatial_attention(const SpatialAttentionParams& p); // wan_vae.cpp
 void channel_affine(const ChannelAffineParams& p);       // wan_vae.cpp
+void causal_conv1d(const CausalConv1dParams& p);         // linear_attention.cpp
+void gated_delta_rule(const GatedDeltaRuleParams& p);    // linear_attention.cpp
+void gated_rms_norm(const GatedRmsNormParams& p);        // gated.cpp
+void sigmoid_mul(const SigmoidMulParams& p);             // gated.cpp
+void silu_mul(const SiluMulParams& p);                   // gated.cpp
+void rotary(const RotaryParams& p);                      // rotary.cpp
+void causal_attention(const CausalAttentionParams& p);   // causal_attention.cpp
 
 }  // namespace magi2::cpu

@@ -76,6 +76,7 @@ TEST(CliErrors, MismatchedShapes) {
 }
 
 TEST(CliErrors, PromptWithoutTextEncoderIsExplained) {
+  // dit_tiny has no text_encoder/: the message names the missing folder and the ways around it.
   expect_one_line_error(magi2("generate --model " + golden("") + " --prompt hello --save-latents /tmp/x.safetensors"),
                         "--text-features");
 }

@@ -142,11 +142,14 @@ TEST(MakeTiny, SameSeedSameBytesOtherSeedOtherBytes) {
   make_tiny_model((tmp / "b").string(), 7);
   make_tiny_model((tmp / "c").string(), 8);
   const auto a = folder_bytes(tmp / "a"), b = folder_bytes(tmp / "b"), c = folder_bytes(tmp / "c");
-  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(a.size(), 8u);  // config, preview/ (index + 2 shards), text_encoder/ (config, weights, 2 tokenizer files)
   EXPECT_TRUE(a == b);
-  for (const char* shard : {"preview/model-00001-of-00002.safetensors", "preview/model-00002-of-00002.safetensors"})
+  for (const char* shard : {"preview/model-00001-of-00002.safetensors", "preview/model-00002-of-00002.safetensors",
+                            "text_encoder/model.safetensors"})
     EXPECT_NE(a.at(shard), c.at(shard)) << shard;
-  EXPECT_EQ(a.at("config.json"), c.at("config.json"));
+  for (const char* f : {"config.json", "text_encoder/config.json", "text_encoder/tokenizer.json",
+                        "text_encoder/tokenizer_config.json"})
+    EXPECT_EQ(a.at(f), c.at(f)) << f;
   // The index lists names and shards only: seed-independent.
   EXPECT_EQ(a.at("preview/model.safetensors.index.json"), c.at("preview/model.safetensors.index.json"));
 }
@@ -223,7 +226,7 @@ TEST(MakeTiny, ResolveModelCreatesOnceAndReuses) {
   std::vector<std::thread> th;
   for (int i = 0; i < 4; ++i) th.emplace_back([&, i] { got[i] = resolve_model("builtin:tiny"); });
   for (auto& t : th) t.join();
-  const fs::path dir = cache / "tiny-v2";
+  const fs::path dir = cache / "tiny-v3";
   for (const auto& g : got) EXPECT_EQ(fs::path(g), dir);
   ASSERT_TRUE(fs::is_regular_file(dir / "preview" / "model.safetensors.index.json"));
   size_t entries = 0;

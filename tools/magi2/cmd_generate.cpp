@@ -1,5 +1,6 @@
-// `magi2 generate`: conditioning -> denoising loop -> latents (and, once the
-// decoders land, the MP4). Official CLI nouns (inference/pipeline/entry.py);
+// `magi2 generate`: prompt (Qwen3.5 text encoder) or text features ->
+// denoising loop -> latents (and, once the decoders land, the MP4). Official
+// CLI nouns (inference/pipeline/entry.py), including the --samples JSON batch;
 // every option has a MAGI2_* environment mirror.
 #include <sys/resource.h>
 #include <unistd.h>
@@ -18,6 +19,8 @@
 #include "model_files.h"
 #include "models/magi2_dit/dit.h"
 #include "pipeline/generate.h"
+#include "samples.h"
+#include "text_conditioning.h"
 #include "tiny_model.h"
 
 namespace magi2::cli {
@@ -34,7 +37,10 @@ struct GenerateArgs {
   int steps = -1;  ///< -1: the config's num_inference_steps
   bool deterministic = false, no_decode = false;
   std::string save_latents, text_features, noise, routing_override, metrics;
+  std::string text_encoder, negative_prompt;
+  bool truncate = false;
   int threads = 0;
+  CLI::Option* prompt_opt = nullptr;  // set by the parser: an empty --prompt '' still counts as given
 };
 
 Tensor need(const SafetensorsFile& f, const std::string& name, const char* flag) {
@@ -57,6 +63,15 @@ bool report_step(const GenerateStep& s, double elapsed_ms) {
   return true;
 }
 
+// What one generation needs besides the shared model: its prompt (or the
+// --text-features file), seed and output paths.
+struct Job {
+  std::string what;  // "--prompt", "sample 2", ... (messages)
+  std::string prompt;
+  uint64_t seed = 0;
+  std::string latents, metrics;
+};
+
 int run_generate(const GenerateArgs& a) {
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
@@ -64,11 +79,10 @@ int run_generate(const GenerateArgs& a) {
     return std::chrono::duration<double, std::milli>(clock::now() - t).count();
   };
   // Flag validation first: nothing is loaded for an impossible request.
-  MAGI2_CHECK(!(a.prompt.empty() && a.prompt_file.empty() && a.samples.empty() && a.text_features.empty()),
-              "nothing to generate: give --prompt, --prompt-file, --samples or --text-features");
-  if (a.text_features.empty())
-    throw Error("--prompt/--prompt-file/--samples need the Qwen3.5 text encoder, which is not built in yet: "
-                "pass --text-features FILE (tensors raw_txt_feat, raw_null_txt_feat)");
+  const bool has_prompt = (a.prompt_opt && a.prompt_opt->count() > 0) || !a.prompt.empty();
+  const int sources = has_prompt + !a.prompt_file.empty() + !a.samples.empty() + !a.text_features.empty();
+  MAGI2_CHECK(sources >= 1, "nothing to generate: give --prompt, --prompt-file, --samples or --text-features");
+  MAGI2_CHECK(sources == 1, "give only one of --prompt, --prompt-file, --samples and --text-features");
   MAGI2_CHECK(a.image.empty(), "--image (I2VA) needs the Wan2.2 VAE encoder, which is not built in yet");
   MAGI2_CHECK(a.resolution == "272p" || a.resolution == "540p", "--resolution must be 272p or 540p, got '",
               a.resolution, "'");
@@ -90,70 +104,137 @@ int run_generate(const GenerateArgs& a) {
   check_output_path(a.save_latents, "--save-latents");
   check_output_path(a.output, "-o");
   check_output_path(a.metrics, "--metrics");
-
-  LoadedDit model = load_dit(a.model, a.transformer, a.config);
-  const Magi2Config& cfg = model.config;
-  const double load_ms = ms_since(t_start);
-
-  GenerateRequest req;
-  const int64_t w = a.width ? a.width : (a.resolution == "272p" ? 448 : 896);
-  const int64_t h = a.height ? a.height : (a.resolution == "272p" ? 256 : 512);
-  req.latent = latent_shape_for_clip(a.seconds, w, h, cfg.eval.fps);
-  req.latent.channels = cfg.arch.video_in_channels;
-  req.latent.audio_channels = cfg.arch.audio_in_channels;
-  auto tf = SafetensorsFile::open(a.text_features);
-  req.text_cond = need(*tf, "raw_txt_feat", "--text-features");
-  req.text_uncond = need(*tf, "raw_null_txt_feat", "--text-features");
-  req.num_steps = a.steps == -1 ? cfg.eval.num_inference_steps : a.steps;
-  req.shift = cfg.eval.shift;
-  req.seed = seed;
-  req.cfg.video_txt_guidance_scale = cfg.eval.video_txt_guidance_scale;
-  req.cfg.audio_txt_guidance_scale = cfg.eval.audio_txt_guidance_scale;
-  req.cfg.use_cfg_trick = cfg.eval.use_cfg_trick;
-  req.cfg.use_dynamic_cfg = cfg.eval.use_dynamic_cfg;
-  req.cfg.use_skimmed_cfg_linear = cfg.eval.use_skimmed_cfg_linear;
-  req.cfg.cfg_rescale = cfg.eval.cfg_rescale;
-  if (!a.noise.empty()) {
-    auto nf = SafetensorsFile::open(a.noise);
-    req.init_latent = need(*nf, "loop_init_latent", "--noise");
-    req.init_audio_latent = need(*nf, "loop_init_audio_latent", "--noise");
-  }
-  if (!a.routing_override.empty()) {
-    auto rf = SafetensorsFile::open(a.routing_override);
-    req.routing_override.resize(cfg.arch.num_layers);
-    for (int l : cfg.arch.moe_layers)
-      req.routing_override[l] = need(*rf, "loop_l" + std::to_string(l) + "_moe_topk_idx", "--routing-override");
-  }
-  const auto t_loop = clock::now();
-  req.on_step = [&](GenerateStep& s) { return report_step(s, ms_since(t_loop)); };
-
-  auto be = make_cpu_backend(a.threads);
-  Dit dit(cfg.arch, model.weights, *be);
-  const std::string noise = a.noise.empty() ? str_cat("seed ", seed) : str_cat("noise from ", a.noise);
-  std::fprintf(stderr, "magi2: %s, %lld x %lld px, %.2f s -> latent %lldx%lldx%lld + %lld audio frames, %d step%s, %s\n",
-               model.transformer_dir.c_str(), (long long)w, (long long)h, a.seconds, (long long)req.latent.frames,
-               (long long)req.latent.height, (long long)req.latent.width, (long long)req.latent.audio_frames,
-               req.num_steps, req.num_steps == 1 ? "" : "s", noise.c_str());
-  GenerateResult r = generate_latents(dit, req);
-  const double loop_ms = ms_since(t_loop);
-
   const std::string out = !a.save_latents.empty() ? a.save_latents : a.output;
-  write_safetensors(out, {{"final_latent", r.latent}, {"final_audio_latent", r.audio_latent}});
-  std::printf("wrote %s (final_latent %s, final_audio_latent %s)%s\n", out.c_str(),
-              shape_str(r.latent.shape()).c_str(), shape_str(r.audio_latent.shape()).c_str(),
-              a.no_decode ? "" : "; the video/audio decoders are not built in yet, so the run stops at the latents");
-  if (!a.metrics.empty()) {
-    struct rusage ru {};
-    ::getrusage(RUSAGE_SELF, &ru);
-    nlohmann::json m = {{"backend", be->name()},
-                        {"tokens_per_forward", r.tokens},
-                        {"steps", r.step_ms.size()},
-                        {"step_ms", r.step_ms},
-                        {"phase_ms", {{"load", load_ms}, {"denoise", loop_ms}, {"total", ms_since(t_start)}}},
-                        {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
-                        {"seed", seed},
-                        {"latents", out}};
-    write_file_atomic(a.metrics, m.dump(2) + "\n");
+
+  // The jobs: one, or one per sample (official seed + index, numbered outputs).
+  std::vector<Job> jobs;
+  if (!a.samples.empty()) {
+    const std::vector<Sample> samples = load_samples(a.samples);
+    for (size_t i = 0; i < samples.size(); ++i) {
+      MAGI2_CHECK(samples[i].image.empty(), "--samples ", a.samples, ": sample ", i,
+                  " has an image (I2VA needs the Wan2.2 VAE encoder, which is not built in yet)");
+      jobs.push_back({str_cat("sample ", i), samples[i].prompt, seed + i, sample_output_path(out, i),
+                      a.metrics.empty() ? std::string() : sample_output_path(a.metrics, i)});
+    }
+  } else {
+    const std::string prompt = has_prompt                  ? a.prompt
+                               : !a.prompt_file.empty()    ? read_prompt_file(a.prompt_file)
+                                                           : std::string();  // --text-features
+    jobs.push_back({has_prompt ? "--prompt" : str_cat("--prompt-file ", a.prompt_file), prompt, seed, out,
+                    a.metrics});
+  }
+
+  const std::string root = resolve_model(a.model);
+  const bool encode = a.text_features.empty();
+  const std::string te_dir = encode ? find_text_encoder_dir(root, a.text_encoder) : std::string();
+  LoadedDit model = load_dit(root, a.transformer, a.config);
+  const Magi2Config& cfg = model.config;
+  auto be = make_cpu_backend(a.threads);
+
+  // Unconditional branch (official get_null_feature): the negative prompt's
+  // features when use_negative_prompt, else an empty feature; shared by all jobs.
+  std::unique_ptr<qwen35::TextEncoder> enc;
+  Tensor uncond, fixed_cond;
+  double text_ms = 0;
+  if (encode) {
+    const auto t_text = clock::now();
+    enc = qwen35::TextEncoder::load(te_dir, *be);
+    MAGI2_CHECK(enc->config().hidden_size == cfg.arch.text_in_channels, "text encoder '", te_dir,
+                "' gives features of width ", enc->config().hidden_size, " but the DiT takes text_in_channels = ",
+                cfg.arch.text_in_channels);
+    if (cfg.eval.use_negative_prompt)
+      uncond = encode_prompt(*enc, negative_prompt_or_default(a.negative_prompt), false, a.truncate,
+                             "negative prompt").features;
+    else
+      uncond = Tensor::zeros({0, cfg.arch.text_in_channels}, DType::BF16);
+    text_ms = ms_since(t_text);
+  } else {
+    auto tf = SafetensorsFile::open(a.text_features);
+    fixed_cond = need(*tf, "raw_txt_feat", "--text-features");
+    uncond = need(*tf, "raw_null_txt_feat", "--text-features");
+  }
+  const double load_ms = ms_since(t_start) - text_ms;
+  Dit dit(cfg.arch, model.weights, *be);
+
+  // Every prompt is encoded before the first denoising step, so a bad sample
+  // fails the batch before any work on the others.
+  std::vector<Tensor> conds(jobs.size());
+  std::vector<double> prompt_ms(jobs.size(), 0.0);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const auto t_p = clock::now();
+    conds[j] = encode ? encode_prompt(*enc, jobs[j].prompt, false, a.truncate, jobs[j].what).features : fixed_cond;
+    prompt_ms[j] = ms_since(t_p);
+  }
+  enc.reset();  // unmaps the text encoder weights before the denoising loop (the official code offloads it)
+
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const Job& job = jobs[j];
+    const auto t_job = clock::now();
+    if (jobs.size() > 1) std::fprintf(stderr, "magi2: sample %zu/%zu\n", j + 1, jobs.size());
+    GenerateRequest req;
+    const int64_t w = a.width ? a.width : (a.resolution == "272p" ? 448 : 896);
+    const int64_t h = a.height ? a.height : (a.resolution == "272p" ? 256 : 512);
+    req.latent = latent_shape_for_clip(a.seconds, w, h, cfg.eval.fps);
+    req.latent.channels = cfg.arch.video_in_channels;
+    req.latent.audio_channels = cfg.arch.audio_in_channels;
+    req.text_cond = conds[j];
+    const int64_t tokens = encode ? conds[j].size(0) : 0;
+    req.text_uncond = uncond;
+    req.num_steps = a.steps == -1 ? cfg.eval.num_inference_steps : a.steps;
+    req.shift = cfg.eval.shift;
+    req.seed = job.seed;
+    req.cfg.video_txt_guidance_scale = cfg.eval.video_txt_guidance_scale;
+    req.cfg.audio_txt_guidance_scale = cfg.eval.audio_txt_guidance_scale;
+    req.cfg.use_cfg_trick = cfg.eval.use_cfg_trick;
+    req.cfg.use_dynamic_cfg = cfg.eval.use_dynamic_cfg;
+    req.cfg.use_skimmed_cfg_linear = cfg.eval.use_skimmed_cfg_linear;
+    req.cfg.cfg_rescale = cfg.eval.cfg_rescale;
+    if (!a.noise.empty()) {
+      auto nf = SafetensorsFile::open(a.noise);
+      req.init_latent = need(*nf, "loop_init_latent", "--noise");
+      req.init_audio_latent = need(*nf, "loop_init_audio_latent", "--noise");
+    }
+    if (!a.routing_override.empty()) {
+      auto rf = SafetensorsFile::open(a.routing_override);
+      req.routing_override.resize(cfg.arch.num_layers);
+      for (int l : cfg.arch.moe_layers)
+        req.routing_override[l] = need(*rf, "loop_l" + std::to_string(l) + "_moe_topk_idx", "--routing-override");
+    }
+    const auto t_loop = clock::now();
+    req.on_step = [&](GenerateStep& s) { return report_step(s, ms_since(t_loop)); };
+    const std::string noise = a.noise.empty() ? str_cat("seed ", job.seed) : str_cat("noise from ", a.noise);
+    const std::string text = encode ? str_cat(tokens, " prompt tokens") : str_cat("features from ", a.text_features);
+    std::fprintf(stderr,
+                 "magi2: %s, %lld x %lld px, %.2f s -> latent %lldx%lldx%lld + %lld audio frames, %d step%s, %s, %s\n",
+                 model.transformer_dir.c_str(), (long long)w, (long long)h, a.seconds, (long long)req.latent.frames,
+                 (long long)req.latent.height, (long long)req.latent.width, (long long)req.latent.audio_frames,
+                 req.num_steps, req.num_steps == 1 ? "" : "s", text.c_str(), noise.c_str());
+    GenerateResult r = generate_latents(dit, req);
+    const double loop_ms = ms_since(t_loop);
+
+    write_safetensors(job.latents, {{"final_latent", r.latent}, {"final_audio_latent", r.audio_latent}});
+    std::printf("wrote %s (final_latent %s, final_audio_latent %s)%s\n", job.latents.c_str(),
+                shape_str(r.latent.shape()).c_str(), shape_str(r.audio_latent.shape()).c_str(),
+                a.no_decode ? "" : "; the video/audio decoders are not built in yet, so the run stops at the latents");
+    if (!job.metrics.empty()) {
+      struct rusage ru {};
+      ::getrusage(RUSAGE_SELF, &ru);
+      nlohmann::json m = {{"backend", be->name()},
+                          {"tokens_per_forward", r.tokens},
+                          {"prompt_tokens", tokens},
+                          {"steps", r.step_ms.size()},
+                          {"step_ms", r.step_ms},
+                          {"phase_ms",
+                           {{"load", load_ms},
+                            {"text_encoder_load_and_negative", text_ms},
+                            {"prompt", prompt_ms[j]},
+                            {"denoise", loop_ms},
+                            {"total", j == 0 ? ms_since(t_start) : ms_since(t_job)}}},
+                          {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
+                          {"seed", job.seed},
+                          {"latents", job.latents}};
+      write_file_atomic(job.metrics, m.dump(2) + "\n");
+    }
   }
   return 0;
 }
@@ -174,10 +255,21 @@ Command generate_command() {
     s->add_option("--config", a.config, "config in the official JSON layout")->envname("MAGI2_CONFIG");
     s->add_option("--transformer", a.transformer, "DiT checkpoint folder (overrides MODEL/preview)")
         ->envname("MAGI2_TRANSFORMER");
-    s->add_option("--prompt", a.prompt, "text prompt")->envname("MAGI2_PROMPT");
-    s->add_option("--prompt-file", a.prompt_file, "file holding the prompt")->envname("MAGI2_PROMPT_FILE");
+    a.prompt_opt = s->add_option("--prompt", a.prompt, "text prompt (plain or the official enhanced JSON)")
+                       ->envname("MAGI2_PROMPT");
+    s->add_option("--prompt-file", a.prompt_file, "file holding the prompt (whitespace-stripped)")
+        ->envname("MAGI2_PROMPT_FILE");
+    s->add_option("--text-encoder", a.text_encoder, "Qwen3.5 text encoder folder (overrides MODEL/text_encoder)")
+        ->envname("MAGI2_TEXT_ENCODER");
+    s->add_option("--negative-prompt", a.negative_prompt,
+                  "negative prompt of the unconditional branch (default: the official one)")
+        ->envname("MAGI2_NEGATIVE_PROMPT");
+    s->add_flag("--truncate", a.truncate, "cut prompts over 7000 tokens as the official encoder (else an error)")
+        ->envname("MAGI2_TRUNCATE");
     s->add_option("--image", a.image, "reference image (I2VA)")->envname("MAGI2_IMAGE");
-    s->add_option("--samples", a.samples, "JSON batch file [{\"prompt\"|\"prompt_file\", \"image\"}]")
+    s->add_option("--samples", a.samples,
+                  "official JSON batch [{\"prompt\"|\"prompt_file\", \"image\"?}]: sample i uses seed + i and "
+                  "writes the outputs with _sample_NNN before the extension")
         ->envname("MAGI2_SAMPLES");
     s->add_option("-o,--output", a.output, "output file")->envname("MAGI2_OUTPUT");
     s->add_option("--resolution", a.resolution, "272p (448x256) or 540p (896x512)")->envname("MAGI2_RESOLUTION")
@@ -194,7 +286,9 @@ Command generate_command() {
     s->add_flag("--no-decode", a.no_decode, "stop at the latents")->envname("MAGI2_NO_DECODE");
     s->add_option("--save-latents", a.save_latents, "write final_latent, final_audio_latent (safetensors)")
         ->envname("MAGI2_SAVE_LATENTS");
-    s->add_option("--text-features", a.text_features, "text features raw_txt_feat, raw_null_txt_feat (safetensors)")
+    s->add_option("--text-features", a.text_features,
+                  "precomputed text features raw_txt_feat, raw_null_txt_feat (safetensors, e.g. from encode-text "
+                  "--negative) instead of a prompt")
         ->envname("MAGI2_TEXT_FEATURES");
     s->add_option("--noise", a.noise, "initial noise loop_init_latent, loop_init_audio_latent (safetensors)")
         ->envname("MAGI2_NOISE");

@@ -1,5 +1,6 @@
 // `magi2 inspect DIR`: config, tensors and bytes per component, and whether the
-// DiT checkpoint binds to the config. Exit 0 only when it validates.
+// DiT checkpoint (and the text encoder, when present) binds to its config.
+// Exit 0 only when it validates.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "model_files.h"
+#include "models/qwen35/text_model.h"
 #include "tiny_model.h"
 
 namespace magi2::cli {
@@ -67,6 +69,23 @@ int run_inspect(const InspectArgs& a) {
   std::printf("validation: OK: %zu DiT tensors (%.3f GB as bound) match the config; routing bias: %s\n",
               w.num_tensors, static_cast<double>(w.num_bytes) / 1e9,
               w.router_bias_from_ema ? "router.expert_bias_ema" : "router.expert_bias");
+  // The text encoder, when present: its config and every tensor bind (no weight is converted).
+  const fs::path te = root / "text_encoder";
+  if (fs::path(tdir) != root && fs::is_regular_file(te / "config.json")) {
+    const qwen35::TextConfig tc = qwen35::TextConfig::from_file((te / "config.json").string());
+    Checkpoint tckpt = Checkpoint::open(te.string());
+    const qwen35::TextWeights tw = qwen35::TextWeights::bind(tckpt, tc, DType::BF16, 0);
+    int full = 0;
+    for (bool f : tc.full_attention) full += f;
+    std::printf("validation: OK: text encoder %d layers (%d linear / %d full attention), hidden %d, %zu tensors "
+                "bind%s; features = output of layer %d\n",
+                tc.num_hidden_layers, tc.num_hidden_layers - full, full, tc.hidden_size,
+                qwen35::text_tensor_specs(tc).size(),
+                tw.prefix.empty() ? "" : str_cat(" (prefix ", tw.prefix, ")").c_str(),
+                tc.num_hidden_layers - 1 - qwen35::kOfficialSkipLayer);
+    MAGI2_CHECK(tc.hidden_size == cfg.arch.text_in_channels, "text encoder hidden size ", tc.hidden_size,
+                " does not match the DiT's text_in_channels ", cfg.arch.text_in_channels);
+  }
   return 0;
 }
 

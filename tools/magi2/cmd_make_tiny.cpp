@@ -21,8 +21,8 @@ struct MakeTinyArgs {
 int run_make_tiny(const MakeTinyArgs& a) {
   make_tiny_model(a.dir, a.seed);
   const TinyModelSize s = tiny_model_size();
-  std::printf("make-tiny: %zu tensors, %zu bytes (seed %llu) -> %s\n", s.num_tensors, s.num_bytes,
-              static_cast<unsigned long long>(a.seed), a.dir.c_str());
+  std::printf("make-tiny: DiT %zu tensors, %zu bytes + Qwen3.5 text_encoder/ (seed %llu) -> %s\n", s.num_tensors,
+              s.num_bytes, static_cast<unsigned long long>(a.seed), a.dir.c_str());
   return 0;
 }
 
@@ -33,7 +33,7 @@ Command make_tiny_command() {
   Command c;
   c.add_fn = [args](CLI::App& app) {
     CLI::App* s = app.add_subcommand(
-        "make-tiny", "write a tiny random-weight model folder (the tiny golden architecture) for testing");
+        "make-tiny", "write a tiny random-weight model folder (the tiny golden DiT + a tiny Qwen3.5 text encoder) for testing");
     s->add_option("dir", args->dir, "output model folder (must not exist, or be empty)")->required();
     s->add_option("--seed", args->seed, "weight seed (same seed: identical files)")->envname("MAGI2_TINY_SEED");
     return s;

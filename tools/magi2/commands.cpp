@@ -6,6 +6,8 @@ namespace magi2::cli {
 
 bool Command::parsed() const { return sub != nullptr && sub->parsed(); }
 
-std::vector<Command> all_commands() { return {generate_command(), inspect_command(), forward_command(), make_tiny_command()}; }
+std::vector<Command> all_commands() {
+  return {generate_command(), encode_text_command(), inspect_command(), forward_command(), make_tiny_command()};
+}
 
 }  // namespace magi2::cli

@@ -24,6 +24,7 @@ Command inspect_command();
 Command forward_command();
 Command make_tiny_command();
 Command generate_command();
+Command encode_text_command();
 
 /// All subcommands, in help order.
 std::vector<Command> all_commands();

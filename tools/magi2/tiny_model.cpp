@@ -19,6 +19,8 @@
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
 #include "models/magi2_dit/weights.h"
+#include "tiny_random.h"
+#include "tiny_text_encoder.h"
 
 namespace magi2::cli {
 
@@ -71,29 +73,10 @@ constexpr const char* kTinyConfigJson = R"JSON({
   }
 })JSON";
 
-constexpr const char* kTinyCacheName = "tiny-v2";  // bump when the generator or recipe changes
+constexpr const char* kTinyCacheName = "tiny-v3";  // bump when the generator, recipe or layout changes
 constexpr const char* kShard1 = "model-00001-of-00002.safetensors";
 constexpr const char* kShard2 = "model-00002-of-00002.safetensors";
 constexpr const char* kIndex = "model.safetensors.index.json";
-
-// FNV-1a 64: a fixed, portable string hash (std::hash differs between libraries).
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
-// SplitMix64 output for counter i of stream `key`: counter-based, so element i
-// of a tensor depends only on (name, seed, i).
-uint64_t splitmix(uint64_t key, uint64_t i) {
-  uint64_t z = key + (i + 1) * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// Uniform in (0, 1]: 53 random bits, never 0 (log in Box-Muller).
-double unit(uint64_t key, uint64_t i) { return static_cast<double>((splitmix(key, i) >> 11) + 1) * 0x1.0p-53; }
 
 // How one tensor is drawn (golden README "Checkpoint (ckpt/)", meta.json "init").
 struct Recipe {
@@ -146,14 +129,9 @@ Tensor make_tensor(const DitTensorSpec& t, uint64_t seed) {
       // official fp32 form 1 / 10000^(b/nb): bit-identical to the golden buffer.
       x = 1.0f / std::pow(10000.0f, static_cast<float>(i) / static_cast<float>(n));
     } else if (r.kind == Recipe::Uniform) {
-      x = r.a + (r.b - r.a) * unit(key, static_cast<uint64_t>(i));
+      x = r.a + (r.b - r.a) * unit_uniform(key, static_cast<uint64_t>(i));
     } else {
-      // Box-Muller on counter pairs (2k, 2k+1): element 2k takes the cosine
-      // branch, 2k+1 the sine branch, so each element is a pure function of i.
-      const uint64_t k = static_cast<uint64_t>(i) & ~uint64_t{1};
-      const double rad = std::sqrt(-2.0 * std::log(unit(key, k)));
-      const double ang = 2.0 * std::numbers::pi * unit(key, k + 1);
-      x = r.a + r.b * rad * ((i & 1) ? std::sin(ang) : std::cos(ang));
+      x = normal_sample(key, static_cast<uint64_t>(i), r.a, r.b);
     }
     v[static_cast<size_t>(i)] = static_cast<float>(x);
   }
@@ -175,7 +153,9 @@ const char* shard_of(const std::string& name, int num_layers) {
 bool is_complete_tiny(const fs::path& d) {
   std::error_code ec;
   return fs::is_regular_file(d / "config.json", ec) && fs::is_regular_file(d / "preview" / kIndex, ec) &&
-         fs::is_regular_file(d / "preview" / kShard1, ec) && fs::is_regular_file(d / "preview" / kShard2, ec);
+         fs::is_regular_file(d / "preview" / kShard1, ec) && fs::is_regular_file(d / "preview" / kShard2, ec) &&
+         fs::is_regular_file(d / "text_encoder" / "model.safetensors", ec) &&
+         fs::is_regular_file(d / "text_encoder" / "tokenizer.json", ec);
 }
 
 void write_folder(const fs::path& root, uint64_t seed) {
@@ -196,6 +176,7 @@ void write_folder(const fs::path& root, uint64_t seed) {
   nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   write_file_atomic((pdir / kIndex).string(), index.dump(2) + "\n");
   write_file_atomic((root / "config.json").string(), tiny_config_json());
+  write_tiny_text_encoder((root / "text_encoder").string(), seed);
 }
 
 bool usable_dir(const fs::path& p) {
@@ -246,8 +227,10 @@ void make_tiny_model(const std::string& dir, uint64_t seed) {
   const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   fs::remove_all(tmp, ec);  // a leftover of a crashed run with a recycled pid
   try {
-    fs::create_directories(tmp / "preview", ec);
-    if (ec) throw Error(str_cat("make-tiny: cannot create '", (tmp / "preview").string(), "': ", ec.message()));
+    for (const char* sub : {"preview", "text_encoder"}) {
+      fs::create_directories(tmp / sub, ec);
+      if (ec) throw Error(str_cat("make-tiny: cannot create '", (tmp / sub).string(), "': ", ec.message()));
+    }
     write_folder(tmp, seed);
     // rename(2) replaces an empty folder and fails on a non-empty one, so a
     // concurrent writer that got there first is never clobbered.

@@ -35,6 +35,8 @@ std::string tiny_config_json();
 ///   dir/preview/model-00001-of-00002.safetensors      adapters + first half of the layers
 ///   dir/preview/model-00002-of-00002.safetensors      second half of the layers
 ///   dir/preview/model.safetensors.index.json          {"metadata": {"total_size"}, "weight_map"}
+///   dir/text_encoder/{config.json, model.safetensors, tokenizer.json, tokenizer_config.json}
+///                                                    the tiny Qwen3.5 text encoder (tiny_text_encoder.h)
 /// with every tensor of dit_tensor_specs(tiny_config().arch) in its official
 /// dtype. Values are seeded random, identical for a given `seed` on every
 /// machine (own SplitMix64 + Box-Muller, no std distributions) and per tensor
@@ -63,7 +65,7 @@ struct TinyModelSize {
 TinyModelSize tiny_model_size();
 
 /// Maps a --model value to a folder: "builtin:tiny" -> model_cache_dir() +
-/// "/tiny-v2", created with make_tiny_model(..., seed 0) on first use
+/// "/tiny-v3", created with make_tiny_model(..., seed 0) on first use
 /// (race-safe: when another process wins the final rename, its folder is
 /// used). Any value not starting with "builtin:" is returned unchanged.
 /// Errors: "builtin:<other>" (the message lists the known names); a cache

@@ -1,0 +1,89 @@
+// Causal grouped-query attention of the Qwen3.5 full-attention layers as torch
+// SDPA computes it on the CPU (the flash-attention CPU kernel): keys in blocks
+// of 512 with an online softmax; on bf16 inputs the probabilities are rounded
+// to bf16 before P V while the normaliser sums their fp32 values.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cpu/cpu_common.h"
+#include "cpu/cpu_ops.h"
+
+namespace magi2::cpu {
+
+namespace {
+constexpr int64_t kKvBlock = 512;  // the kernel's kv split for sequences >= 512 keys
+}
+
+void causal_attention(const CausalAttentionParams& p) {
+  const int64_t t = p.q.size(0), h = p.heads, hkv = p.kv_heads;
+  MAGI2_CHECK(h >= 1 && hkv >= 1 && h % hkv == 0, "causal_attention: ", h, " query heads do not group over ", hkv,
+              " key/value heads");
+  const int64_t hd = p.q.size(1) / h;
+  check_2d(p.q, t, h * hd, "causal_attention.q");
+  check_2d(p.k, t, hkv * hd, "causal_attention.k");
+  check_2d(p.v, t, hkv * hd, "causal_attention.v");
+  check_2d(p.o, t, h * hd, "causal_attention.o");
+  const DType dt = p.q.dtype();
+  for (const Tensor* x : {&p.k, &p.v, &p.o})
+    MAGI2_CHECK(x->dtype() == dt && (dt == DType::BF16 || dt == DType::F32),
+                "causal_attention: q, k, v, o must be all bf16 or all f32");
+  const bool bf = dt == DType::BF16;
+  const int64_t group = h / hkv;
+  // K and V widened once: [Hkv][T][hd] fp32.
+  std::vector<float> kf(static_cast<size_t>(hkv * t * hd)), vf(kf.size());
+#pragma omp parallel
+  {
+    std::vector<float> row(hkv * hd);
+#pragma omp for schedule(static)
+    for (int64_t j = 0; j < t; ++j) {
+      load_row_f32(p.k, j, hkv * hd, row.data());
+      for (int64_t g = 0; g < hkv; ++g) std::copy_n(row.data() + g * hd, hd, kf.data() + (g * t + j) * hd);
+      load_row_f32(p.v, j, hkv * hd, row.data());
+      for (int64_t g = 0; g < hkv; ++g) std::copy_n(row.data() + g * hd, hd, vf.data() + (g * t + j) * hd);
+    }
+  }
+#pragma omp parallel
+  {
+    std::vector<float> qrow(h * hd), orow(h * hd), z(kKvBlock), acc(hd);
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t i = 0; i < t; ++i) {
+      load_row_f32(p.q, i, h * hd, qrow.data());
+      for (int64_t qh = 0; qh < h; ++qh) {
+        const float* q = qrow.data() + qh * hd;
+        const float* kh = kf.data() + (qh / group) * t * hd;
+        const float* vh = vf.data() + (qh / group) * t * hd;
+        float m = -std::numeric_limits<float>::infinity(), sum = 0.f;
+        std::fill(acc.begin(), acc.end(), 0.f);
+        for (int64_t j0 = 0; j0 <= i; j0 += kKvBlock) {
+          const int64_t n = std::min(kKvBlock, i + 1 - j0);
+          float bm = m;
+          for (int64_t j = 0; j < n; ++j) {
+            z[j] = dot_f32(q, kh + (j0 + j) * hd, hd) * p.scale;
+            bm = std::max(bm, z[j]);
+          }
+          const float corr = std::exp(m - bm);  // 0 on the first block (m = -inf)
+          float bsum = 0.f;
+          for (int64_t j = 0; j < n; ++j) {
+            z[j] = std::exp(z[j] - bm);
+            bsum += z[j];
+          }
+          sum = bsum + corr * sum;
+          for (int64_t d = 0; d < hd; ++d) acc[d] *= corr;
+          for (int64_t j = 0; j < n; ++j) {
+            const float pj = bf ? round_bf16(z[j]) : z[j];
+            const float* vj = vh + (j0 + j) * hd;
+            for (int64_t d = 0; d < hd; ++d) acc[d] += pj * vj[d];
+          }
+          m = bm;
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t d = 0; d < hd; ++d) orow[qh * hd + d] = acc[d] * inv;
+      }
+      store_row(p.o, i, h * hd, orow.data());
+    }
+  }
+}
+
+}  // namespace magi2::cpu

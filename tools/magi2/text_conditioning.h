@@ -1,0 +1,46 @@
+// Prompt -> text features for the CLI commands (encode-text, generate): where
+// the text encoder lives, prompt files, the negative prompt, and the
+// truncation report. Official sources: inference/pipeline/entry.py (prompt
+// files are read and stripped), inference_engine.py (get_text_embedding for
+// the prompt, get_null_feature = the negative prompt's features when
+// use_negative_prompt, else an empty [0, D] feature; NEGATIVE_PROMPT env
+// override), spec magi2-pipeline.md §2.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "models/qwen35/text_encoder.h"
+#include "ops/ops.h"
+
+namespace magi2::cli {
+
+/// The text encoder folder: `override_dir` when given, else
+/// `model_root`/text_encoder. Error naming the folder when it has no config.json.
+std::string find_text_encoder_dir(const std::string& model_root, const std::string& override_dir);
+
+/// Contents of a prompt file (UTF-8) with leading/trailing whitespace removed
+/// as the official `open(f).read().strip()` does (Python's str.isspace set,
+/// Unicode spaces included). Errors: missing/unreadable file or invalid UTF-8
+/// (names the file).
+std::string read_prompt_file(const std::string& path);
+
+/// The negative prompt: `flag_value` when non-empty, else the built-in
+/// default (qwen35::default_negative_prompt()).
+std::string negative_prompt_or_default(const std::string& flag_value);
+
+/// A JSON library message made readable for one error line: drops the
+/// "[json.exception...]" tag and the library's own "error" words, keeping the
+/// position and the reason.
+std::string plain_json_message(const std::string& what);
+
+/// Encodes `prompt` with the official tokenizer limit; a prompt longer than
+/// the limit is an Error unless `allow_truncate` (then it is cut as the
+/// official code does and a "magi2: warning: ..." line goes to stderr).
+/// Prompt JSON that looks like an object but does not parse is an Error
+/// (strict policy: the official code would silently encode the raw text).
+/// `what` names the prompt in messages ("--prompt", "sample 3", ...).
+qwen35::TextFeatures encode_prompt(const qwen35::TextEncoder& enc, const std::string& prompt, bool i2v,
+                                   bool allow_truncate, const std::string& what);
+
+}  // namespace magi2::cli

@@ -1,0 +1,38 @@
+// The built-in tiny model's text encoder: a random-weight Qwen3.5 text model
+// in the HF layout (text_encoder/config.json, model.safetensors,
+// tokenizer.json, tokenizer_config.json) with the hidden size of the tiny
+// DiT's text_in_channels (64), so `magi2 generate --prompt` runs end to end.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace magi2::cli {
+
+/// config.json of the tiny text encoder: model_type qwen3_5_text, the values
+/// of shared/golden/qwen35_text_tiny/text_encoder/config.json (hidden 64,
+/// 8 layers [lin, lin, lin, full] x 2, MLP 160, 4/2 heads x 32, DeltaNet 2/6
+/// heads x 16, conv 4, partial rotary 0.25, theta 1e7) with vocab_size, pad
+/// and eos ids from tiny_tokenizer_json().
+std::string tiny_text_config_json();
+
+/// A byte-level BPE tokenizer.json in the Qwen3.5 format, generated here:
+/// the 256 byte symbols (id = byte value), up to 500 merges learned
+/// deterministically from the default negative prompt (which every generate
+/// run encodes), the special tokens <|endoftext|>, <|im_start|>, <|im_end|>
+/// after them; NFC normaliser,
+/// the Qwen3.5 Split + ByteLevel pre-tokenizer, ByteLevel post-processor and
+/// decoder. Any UTF-8 text encodes (every byte has a symbol).
+std::string tiny_tokenizer_json();
+
+/// tokenizer_config.json matching tiny_tokenizer_json() (Qwen3_5Tokenizer).
+std::string tiny_tokenizer_config_json();
+
+/// Writes `dir` (an existing empty folder): the three JSON files above and
+/// model.safetensors with every tensor of the config in bf16, seeded random
+/// per tensor name (the same generator as the tiny DiT: FNV-1a(name) ^ seed,
+/// SplitMix64 + Box-Muller), scaled so activations stay O(1). Errors: a file
+/// cannot be written (magi2::Error naming it).
+void write_tiny_text_encoder(const std::string& dir, uint64_t seed);
+
+}  // namespace magi2::cli
