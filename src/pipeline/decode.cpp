@@ -24,6 +24,11 @@ std::string need_dir(const std::string& root, const char* name, const char* what
 
 }  // namespace
 
+void check_decoders_present(const std::string& model_root) {
+  need_dir(model_root, "turbo_vae", "the TurboVAE video decoder");
+  need_dir(model_root, "stable-audio-open-1.0", "the Stable Audio Open audio decoder");
+}
+
 Clip decode_clip(const std::string& model_root, const Tensor& video_latent, const Tensor& audio_latent, Backend& be,
                  DecodeTimes* times) {
   MAGI2_CHECK(video_latent.dim() == 5 && video_latent.size(0) == 1 && video_latent.dtype() == DType::F32,

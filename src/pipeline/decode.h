@@ -18,6 +18,10 @@ struct DecodeTimes {
   double load_ms = 0, video_ms = 0, audio_ms = 0;
 };
 
+/// Checks, before any work, that `model_root` holds both decoder folders
+/// (turbo_vae/, stable-audio-open-1.0/). Error naming the missing one.
+void check_decoders_present(const std::string& model_root);
+
 /// Decodes the sampler's final latents with the decoders under `model_root`.
 /// video_latent [1, 48, T, h, w] f32 -> frames [4T-3, 16h, 16w, 3] u8 RGB;
 /// audio_latent [1, La, 64] f32 -> audio [La * 2048 * 441/512, 2] f32 at

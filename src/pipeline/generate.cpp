@@ -57,10 +57,22 @@ GenerateResult generate_latents(Dit& dit, const GenerateRequest& req) {
   shapes.text_channels = a.text_in_channels;
   shapes.text_len_cond = tc.size(0);
   shapes.text_len_uncond = tu.size(0);
-  const PackingPlan plan = make_packing_plan(shapes);
   PackingConditioning cond;
   cond.text_cond = req.text_cond;
   cond.text_uncond = req.text_uncond;
+  MAGI2_CHECK(req.ref_image_latent.defined() == req.ref_special_token.defined(),
+              "I2VA needs both the reference image latent and its special token");
+  if (req.ref_image_latent.defined()) {
+    const Tensor& ri = req.ref_image_latent;
+    MAGI2_CHECK(ri.dim() == 4 && ri.size(0) == a.video_in_channels && ri.size(1) == 1,
+                "reference image latent: expected [", a.video_in_channels, ", 1, h, w], got ", shape_str(ri.shape()));
+    MAGI2_CHECK(req.ref_special_token.numel() == a.text_in_channels, "reference special token: expected [1, ",
+                a.text_in_channels, "], got ", shape_str(req.ref_special_token.shape()));
+    shapes.ref_images.push_back({ri.size(2), ri.size(3)});
+    cond.ref_image_feat = ri.reshape({1, ri.size(0), 1, ri.size(2), ri.size(3)});
+    cond.ref_special_tokens = req.ref_special_token.reshape({1, a.text_in_channels});
+  }
+  const PackingPlan plan = make_packing_plan(shapes);
 
   const Shape vshape{1, ls.channels, ls.frames, ls.height, ls.width};
   const Shape ashape{1, ls.audio_frames, ls.audio_channels};

@@ -30,6 +30,12 @@ struct GenerateRequest {
   double shift = 7.0;
   uint64_t seed = 42;
   CfgConfig cfg;
+  /// I2VA (optional, both or neither): the reference image latent [48, 1, h, w]
+  /// f32 (encode_reference_image, spec pipeline §1.3) and its `<Figure 1>`
+  /// special token [1, C_text] (the prompt features' mean over the figure
+  /// tokens, spec §2.6). Both CFG branches get them (use_ref_for_uncond, §4.1).
+  Tensor ref_image_latent;
+  Tensor ref_special_token;
   Tensor init_latent;        ///< optional [1, 48, T, H, W] f32 noise (else seeded Philox)
   Tensor init_audio_latent;  ///< optional [1, La, 64] f32 noise
   /// Testing: per MoE layer l, the expert selection of every step

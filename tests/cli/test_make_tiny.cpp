@@ -142,10 +142,13 @@ TEST(MakeTiny, SameSeedSameBytesOtherSeedOtherBytes) {
   make_tiny_model((tmp / "b").string(), 7);
   make_tiny_model((tmp / "c").string(), 8);
   const auto a = folder_bytes(tmp / "a"), b = folder_bytes(tmp / "b"), c = folder_bytes(tmp / "c");
-  ASSERT_EQ(a.size(), 8u);  // config, preview/ (index + 2 shards), text_encoder/ (config, weights, 2 tokenizer files)
+  // config, preview/ (index + 2 shards), text_encoder/ (config, weights, 2 tokenizer files),
+  // turbo_vae/ (config, checkpoint), stable-audio-open-1.0/ (config, weights), vae/Wan2.2_VAE.pth
+  ASSERT_EQ(a.size(), 13u);
   EXPECT_TRUE(a == b);
   for (const char* shard : {"preview/model-00001-of-00002.safetensors", "preview/model-00002-of-00002.safetensors",
-                            "text_encoder/model.safetensors"})
+                            "text_encoder/model.safetensors", "turbo_vae/checkpoint.ckpt",
+                            "stable-audio-open-1.0/model.safetensors", "vae/Wan2.2_VAE.pth"})
     EXPECT_NE(a.at(shard), c.at(shard)) << shard;
   for (const char* f : {"config.json", "text_encoder/config.json", "text_encoder/tokenizer.json",
                         "text_encoder/tokenizer_config.json"})

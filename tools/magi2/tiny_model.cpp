@@ -19,6 +19,10 @@
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
 #include "models/magi2_dit/weights.h"
+#include "models/oobleck/tiny.h"
+#include "models/turbovae/decoder.h"
+#include "models/turbovae/tiny.h"
+#include "models/wan22_vae/tiny.h"
 #include "tiny_random.h"
 #include "tiny_text_encoder.h"
 
@@ -155,7 +159,12 @@ bool is_complete_tiny(const fs::path& d) {
   return fs::is_regular_file(d / "config.json", ec) && fs::is_regular_file(d / "preview" / kIndex, ec) &&
          fs::is_regular_file(d / "preview" / kShard1, ec) && fs::is_regular_file(d / "preview" / kShard2, ec) &&
          fs::is_regular_file(d / "text_encoder" / "model.safetensors", ec) &&
-         fs::is_regular_file(d / "text_encoder" / "tokenizer.json", ec);
+         fs::is_regular_file(d / "text_encoder" / "tokenizer.json", ec) &&
+         fs::is_regular_file(d / "turbo_vae" / kTurboVaeCheckpointName, ec) &&
+         fs::is_regular_file(d / "turbo_vae" / kTurboVaeConfigName, ec) &&
+         fs::is_regular_file(d / "stable-audio-open-1.0" / "model.safetensors", ec) &&
+         fs::is_regular_file(d / "stable-audio-open-1.0" / "model_config.json", ec) &&
+         fs::is_regular_file(d / "vae" / "Wan2.2_VAE.pth", ec);
 }
 
 void write_folder(const fs::path& root, uint64_t seed) {
@@ -177,6 +186,10 @@ void write_folder(const fs::path& root, uint64_t seed) {
   write_file_atomic((pdir / kIndex).string(), index.dump(2) + "\n");
   write_file_atomic((root / "config.json").string(), tiny_config_json());
   write_tiny_text_encoder((root / "text_encoder").string(), seed);
+  // The codecs, each in its official file format and folder.
+  write_tiny_turbo_vae((root / "turbo_vae").string(), seed);
+  write_tiny_sao_vae((root / "stable-audio-open-1.0").string(), seed);
+  write_tiny_wan22_vae((root / "vae" / "Wan2.2_VAE.pth").string(), seed);
 }
 
 bool usable_dir(const fs::path& p) {
@@ -227,7 +240,7 @@ void make_tiny_model(const std::string& dir, uint64_t seed) {
   const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   fs::remove_all(tmp, ec);  // a leftover of a crashed run with a recycled pid
   try {
-    for (const char* sub : {"preview", "text_encoder"}) {
+    for (const char* sub : {"preview", "text_encoder", "turbo_vae", "stable-audio-open-1.0", "vae"}) {
       fs::create_directories(tmp / sub, ec);
       if (ec) throw Error(str_cat("make-tiny: cannot create '", (tmp / sub).string(), "': ", ec.message()));
     }

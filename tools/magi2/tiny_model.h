@@ -1,9 +1,11 @@
-// The built-in tiny MAGI-2 model: a 4-layer random-weight DiT in the official
-// folder layout (spec magi2-pipeline.md §9), for smoke tests and demos without
-// the 307 GB release checkpoint. Architecture = shared/golden/dit_tiny/config.json
-// (every structural feature of the release: mm layers, multi-head MoE, mHC,
-// gating, sinks), weights drawn like the golden init recipe
-// (shared/golden/README.md "Checkpoint (ckpt/)") but from our own generator.
+// The built-in tiny MAGI-2 model: a random-weight model in the official folder
+// layout (spec magi2-pipeline.md §9) with every component (DiT, Qwen3.5 text
+// encoder, TurboVAE, Oobleck audio VAE, Wan2.2 VAE), for smoke tests and demos
+// without the 307 GB release checkpoint. The DiT keeps every structural
+// feature of shared/golden/dit_tiny/config.json (mm layers, multi-head MoE,
+// mHC, gating, sinks) at narrower widths; weights are drawn like the golden
+// init recipe (shared/golden/README.md "Checkpoint (ckpt/)") from our own
+// generator.
 #pragma once
 
 #include <cstdint>
@@ -16,13 +18,14 @@ namespace magi2::cli {
 /// The name that resolve_model() maps to the cached tiny model folder.
 inline constexpr const char* kBuiltinTiny = "builtin:tiny";
 
-/// The built-in tiny configuration: the values of
-/// shared/golden/dit_tiny/config.json (4 layers, hidden 256, head_dim 64,
-/// mm_layers [0,3], MoE layers [1,2], 4 MoE heads x 16 experts, top-4, expert
-/// 64, shared 64, modality-specific 96, text_in_channels 64, the preview
-/// evaluation_config), except engine_config.load = "preview", the folder the
-/// weights live in here. Built from an embedded JSON text: no file is read.
-/// `source` is "<built-in tiny config>". Never throws.
+/// The built-in tiny configuration: the layer kinds of
+/// shared/golden/dit_tiny/config.json (4 layers, mm_layers [0,3], MoE layers
+/// [1,2], 4 MoE heads x 16 experts, top-4, mHC 4 streams, text_in_channels 64,
+/// the preview evaluation_config) at hidden 64 = 2 heads x 32, experts 32,
+/// shared 32, modality-specific 48, and 4 sampling steps, so the default 10 s
+/// 272p clip runs in seconds per step on a CPU; engine_config.load =
+/// "preview". Built from an embedded JSON text: no file is read. `source` is
+/// "<built-in tiny config>". Never throws.
 Magi2Config tiny_config();
 
 /// The tiny configuration in the official JSON layout (engine_config,
@@ -37,6 +40,9 @@ std::string tiny_config_json();
 ///   dir/preview/model.safetensors.index.json          {"metadata": {"total_size"}, "weight_map"}
 ///   dir/text_encoder/{config.json, model.safetensors, tokenizer.json, tokenizer_config.json}
 ///                                                    the tiny Qwen3.5 text encoder (tiny_text_encoder.h)
+///   dir/turbo_vae/{TurboV3-Wan22-TinyShallow_7_7.json, checkpoint.ckpt}   TurboVAE decoder (torch.save zip)
+///   dir/stable-audio-open-1.0/{model_config.json, model.safetensors}      Oobleck audio VAE
+///   dir/vae/Wan2.2_VAE.pth                                                 Wan2.2 VAE (I2VA image encoder)
 /// with every tensor of dit_tensor_specs(tiny_config().arch) in its official
 /// dtype. Values are seeded random, identical for a given `seed` on every
 /// machine (own SplitMix64 + Box-Muller, no std distributions) and per tensor
