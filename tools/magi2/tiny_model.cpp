@@ -23,7 +23,7 @@
 #include "models/turbovae/decoder.h"
 #include "models/turbovae/tiny.h"
 #include "models/wan22_vae/tiny.h"
-#include "tiny_random.h"
+#include "core/seeded_random.h"
 #include "tiny_text_encoder.h"
 
 namespace magi2::cli {

@@ -18,7 +18,7 @@
 #include "models/qwen35/text_weights.h"
 #include "models/qwen35/tok_pretokenize.h"
 #include "models/qwen35/tok_unicode.h"
-#include "tiny_random.h"
+#include "core/seeded_random.h"
 
 namespace magi2::cli {
 

@@ -12,7 +12,7 @@ namespace magi2 {
 void Dit::layer(int l, const DitRunOptions& opt) {
   DitWorkspace& ws = *ws_;
   const DitLayerWeights& L = w_.layers[l];
-  const std::string p = "l" + std::to_string(l) + "_";
+  const std::string p = str_cat("l", l, "_");
   const Groups& gm = L.mm ? ws.groups3 : ws.groups1;
   // c = 1/sqrt(4D) formed in double and applied as fp32 (spec §9.1).
   const float c = static_cast<float>(1.0 / std::sqrt(static_cast<double>(arch_.virtual_width())));
@@ -82,7 +82,7 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
   const int mh = arch_.moe_num_heads, ne = arch_.moe_num_experts, k = arch_.moe_top_k;
   const int64_t ish = arch_.moe_shared_expert_intermediate_size;
   const int64_t im = arch_.moe_modality_specific_expert_intermediate_size;
-  const std::string p = "l" + std::to_string(l) + "_";
+  const std::string p = str_cat("l", l, "_");
 
   be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3});
   be_.linear({.x = ws.xn, .w = L.split_linear, .y = ws.r, .groups = ws.groups1});

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/seeded_random.h"
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
 #include "models/oobleck/weights.h"
@@ -16,32 +17,6 @@
 namespace magi2 {
 
 namespace {
-
-// FNV-1a 64 of the tensor name: a portable per-tensor stream key.
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
-// SplitMix64 of counter i in stream `key` (counter-based: element i depends only on key and i).
-uint64_t splitmix(uint64_t key, uint64_t i) {
-  uint64_t z = key + (i + 1) * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// Uniform in (0, 1], never 0 (log in Box-Muller).
-double unit(uint64_t key, uint64_t i) { return static_cast<double>((splitmix(key, i) >> 11) + 1) * 0x1.0p-53; }
-
-// Standard normal for element i: Box-Muller on the counter pair (2k, 2k+1).
-double normal(uint64_t key, uint64_t i) {
-  const uint64_t k = i & ~uint64_t{1};
-  const double rad = std::sqrt(-2.0 * std::log(unit(key, k)));
-  const double ang = 2.0 * std::numbers::pi * unit(key, k + 1);
-  return rad * ((i & 1) ? std::sin(ang) : std::cos(ang));
-}
 
 bool ends_with(const std::string& s, const char* tail) { return s.ends_with(tail); }
 
@@ -53,11 +28,11 @@ Tensor make_tensor(const std::string& name, const Shape& shape, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t u = static_cast<uint64_t>(i);
     double x;
-    if (ends_with(name, "weight_g")) x = 0.5 + 0.5 * unit(key, u);
-    else if (ends_with(name, "bias")) x = 0.02 * normal(key, u);
-    else if (ends_with(name, "alpha")) x = 0.5 * normal(key, u);
-    else if (ends_with(name, "beta")) x = 0.5 + 0.3 * normal(key, u);
-    else x = normal(key, u);  // weight_v and the placeholder
+    if (ends_with(name, "weight_g")) x = 0.5 + 0.5 * unit_uniform(key, u);
+    else if (ends_with(name, "bias")) x = 0.02 * normal_sample(key, u, 0.0, 1.0);
+    else if (ends_with(name, "alpha")) x = 0.5 * normal_sample(key, u, 0.0, 1.0);
+    else if (ends_with(name, "beta")) x = 0.5 + 0.3 * normal_sample(key, u, 0.0, 1.0);
+    else x = normal_sample(key, u, 0.0, 1.0);  // weight_v and the placeholder
     v[static_cast<size_t>(i)] = static_cast<float>(x);
   }
   return Tensor::from_f32(shape, v);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/seeded_random.h"
 #include "io/mmap_file.h"
 #include "io/torch_zip.h"
 #include "models/turbovae/decoder.h"
@@ -14,25 +15,6 @@
 
 namespace magi2 {
 namespace {
-
-// FNV-1a 64 of the name: a portable per-tensor stream key.
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
-// SplitMix64 at counter i of stream `key` (counter-based: element i depends
-// only on key and i).
-uint64_t splitmix(uint64_t key, uint64_t i) {
-  uint64_t z = key + (i + 1) * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// Uniform in (0, 1] (never 0: it feeds a log).
-double unit(uint64_t key, uint64_t i) { return static_cast<double>((splitmix(key, i) >> 11) + 1) * 0x1.0p-53; }
 
 // Standard deviation of a tensor's N(0, sd) draw (golden meta.json "init").
 double init_std(const TurboVaeTensorSpec& s) {
@@ -83,8 +65,8 @@ void write_tiny_turbo_vae(const std::string& dir, uint64_t seed, const TurboVaeC
     float* v = t.data_as<float>();
     for (int64_t i = 0; i < t.numel(); ++i) {
       // Box-Muller (cosine branch), one normal from two uniforms per element.
-      const double r = std::sqrt(-2.0 * std::log(unit(key, 2 * static_cast<uint64_t>(i))));
-      const double z = r * std::cos(2.0 * M_PI * unit(key, 2 * static_cast<uint64_t>(i) + 1));
+      const double r = std::sqrt(-2.0 * std::log(unit_uniform(key, 2 * static_cast<uint64_t>(i))));
+      const double z = r * std::cos(2.0 * M_PI * unit_uniform(key, 2 * static_cast<uint64_t>(i) + 1));
       v[i] = static_cast<float>(z * sd);
     }
     tensors.emplace_back("module." + s.name, std::move(t));

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/seeded_random.h"
 #include "io/torch_zip.h"
 
 namespace magi2 {
@@ -39,22 +40,6 @@ void head(Specs& s, const std::string& p, int64_t c, int64_t out) {
   s.push_back({p + "head.2.weight", {out, c, 3, 3, 3}});
   s.push_back({p + "head.2.bias", {out}});
 }
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
-
-uint64_t splitmix(uint64_t key, uint64_t i) {
-  uint64_t z = key + (i + 1) * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-// Uniform in (0, 1]: 53 bits, never 0 (log in Box-Muller).
-double unit(uint64_t key, uint64_t i) { return static_cast<double>((splitmix(key, i) >> 11) + 1) * 0x1.0p-53; }
 
 bool ends_with(const std::string& s, const std::string& t) {
   return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
@@ -143,7 +128,7 @@ void write_tiny_wan22_vae(const std::string& path, uint64_t seed, const Wan22Vae
     float* d = t.data_as<float>();
     for (int64_t i = 0; i < t.numel(); ++i) {
       // Box-Muller, one normal per element (cosine branch) from two uniforms.
-      const double u1 = unit(key, 2 * static_cast<uint64_t>(i)), u2 = unit(key, 2 * static_cast<uint64_t>(i) + 1);
+      const double u1 = unit_uniform(key, 2 * static_cast<uint64_t>(i)), u2 = unit_uniform(key, 2 * static_cast<uint64_t>(i) + 1);
       d[i] = static_cast<float>(mean + sd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
     }
     tensors.emplace_back(name, std::move(t));

@@ -1,6 +1,7 @@
-// Seeded, portable random values for the built-in tiny models: element i of a
-// tensor depends only on (name, seed, i), identical on every machine (own
-// SplitMix64 + Box-Muller, no std distributions).
+// Seeded, portable random values for the built-in tiny models (DiT, text
+// encoder, codecs): element i of a tensor depends only on (name, seed, i),
+// identical on every machine (own SplitMix64 + Box-Muller, no std
+// distributions, which differ between standard libraries).
 #pragma once
 
 #include <cmath>
@@ -8,7 +9,7 @@
 #include <numbers>
 #include <string>
 
-namespace magi2::cli {
+namespace magi2 {
 
 /// FNV-1a 64: a fixed, portable string hash (std::hash differs between libraries).
 inline uint64_t fnv1a(const std::string& s) {
@@ -40,4 +41,4 @@ inline double normal_sample(uint64_t key, uint64_t i, double mean, double sd) {
   return mean + sd * rad * ((i & 1) ? std::sin(ang) : std::cos(ang));
 }
 
-}  // namespace magi2::cli
+}  // namespace magi2
