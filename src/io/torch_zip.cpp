@@ -277,8 +277,11 @@ void write_torch_checkpoint(const std::string& path, const std::vector<std::pair
     zip_source_t* s = zip_source_buffer(z, bytes, n, 0);
     const zip_int64_t idx = s ? zip_file_add(z, (archive + "/" + rel).c_str(), s, ZIP_FL_ENC_UTF_8) : -1;
     if (s && idx < 0) zip_source_free(s);
-    MAGI2_CHECK(idx >= 0 && zip_set_file_compression(z, static_cast<zip_uint64_t>(idx), ZIP_CM_STORE, 0) == 0, path,
-                ": cannot add '", rel, "' (", zip_strerror(z), ")");
+    // A fixed entry time (1980-01-01 00:00, the DOS epoch) keeps the bytes a
+    // function of the tensors alone: same seed, same file.
+    MAGI2_CHECK(idx >= 0 && zip_set_file_compression(z, static_cast<zip_uint64_t>(idx), ZIP_CM_STORE, 0) == 0 &&
+                    zip_file_set_dostime(z, static_cast<zip_uint64_t>(idx), 0, (0 << 9) | (1 << 5) | 1, 0) == 0,
+                path, ": cannot add '", rel, "' (", zip_strerror(z), ")");
   };
   add("data.pkl", pkl.data(), pkl.size());
   add("byteorder", kByteorder.data(), kByteorder.size());
