@@ -21,7 +21,8 @@ struct MakeTinyArgs {
 int run_make_tiny(const MakeTinyArgs& a) {
   make_tiny_model(a.dir, a.seed);
   const TinyModelSize s = tiny_model_size();
-  std::printf("make-tiny: DiT %zu tensors, %zu bytes + Qwen3.5 text_encoder/ (seed %llu) -> %s\n", s.num_tensors,
+  std::printf("make-tiny: DiT %zu tensors, %zu bytes + text_encoder/, turbo_vae/, stable-audio-open-1.0/, vae/ "
+              "(seed %llu) -> %s\n", s.num_tensors,
               s.num_bytes, static_cast<unsigned long long>(a.seed), a.dir.c_str());
   return 0;
 }
