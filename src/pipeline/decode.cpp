@@ -4,8 +4,6 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "models/oobleck/decoder.h"
-#include "models/turbovae/decoder.h"
 
 namespace magi2 {
 
@@ -24,33 +22,26 @@ std::string need_dir(const std::string& root, const char* name, const char* what
 
 }  // namespace
 
-void check_decoders_present(const std::string& model_root) {
-  need_dir(model_root, "turbo_vae", "the TurboVAE video decoder");
-  need_dir(model_root, "stable-audio-open-1.0", "the Stable Audio Open audio decoder");
+ClipDecoders ClipDecoders::load(const std::string& model_root, Backend& be) {
+  const std::string turbo_dir = need_dir(model_root, "turbo_vae", "the TurboVAE video decoder");
+  const std::string sao_dir = need_dir(model_root, "stable-audio-open-1.0", "the Stable Audio Open audio decoder");
+  return ClipDecoders(TurboVaeDecoder::load(turbo_dir, be), OobleckDecoder::load(sao_dir, be));
 }
 
-Clip decode_clip(const std::string& model_root, const Tensor& video_latent, const Tensor& audio_latent, Backend& be,
-                 DecodeTimes* times) {
+Clip ClipDecoders::decode(const Tensor& video_latent, const Tensor& audio_latent, DecodeTimes* times) const {
   MAGI2_CHECK(video_latent.dim() == 5 && video_latent.size(0) == 1 && video_latent.dtype() == DType::F32,
               "decode: video latent must be f32 [1, C, T, h, w], got ", shape_str(video_latent.shape()));
   MAGI2_CHECK(audio_latent.dim() == 3 && audio_latent.size(0) == 1 && audio_latent.dtype() == DType::F32,
               "decode: audio latent must be f32 [1, La, C], got ", shape_str(audio_latent.shape()));
-  const std::string turbo_dir = need_dir(model_root, "turbo_vae", "the TurboVAE video decoder");
-  const std::string sao_dir = need_dir(model_root, "stable-audio-open-1.0", "the Stable Audio Open audio decoder");
   DecodeTimes t;
-  auto t0 = std::chrono::steady_clock::now();
-  const TurboVaeDecoder video = TurboVaeDecoder::load(turbo_dir, be);
-  const OobleckDecoder audio = OobleckDecoder::load(sao_dir, be);
-  t.load_ms = ms_since(t0);
-
   Clip clip;
-  t0 = std::chrono::steady_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
   // The official decode_video drops the batch axis: latent[0] is [C, T, h, w].
   const Shape vs = video_latent.shape();
-  clip.frames = video.decode(video_latent.reshape({vs[1], vs[2], vs[3], vs[4]}));
+  clip.frames = video_.decode(video_latent.reshape({vs[1], vs[2], vs[3], vs[4]}));
   t.video_ms = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
-  clip.audio = audio.decode(audio_latent);
+  clip.audio = audio_.decode(audio_latent);
   t.audio_ms = ms_since(t0);
   clip.fps = static_cast<double>(kClipFpsNum) / kClipFpsDen;
   clip.sample_rate = kClipSampleRate;

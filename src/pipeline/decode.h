@@ -9,26 +9,37 @@
 
 #include "core/tensor.h"
 #include "media/clip.h"
+#include "models/oobleck/decoder.h"
+#include "models/turbovae/decoder.h"
 #include "ops/ops.h"
 
 namespace magi2 {
 
 /// Wall time of each decode phase, milliseconds.
 struct DecodeTimes {
-  double load_ms = 0, video_ms = 0, audio_ms = 0;
+  double video_ms = 0, audio_ms = 0;
 };
 
-/// Checks, before any work, that `model_root` holds both decoder folders
-/// (turbo_vae/, stable-audio-open-1.0/). Error naming the missing one.
-void check_decoders_present(const std::string& model_root);
+/// Both decoders of a model folder, loaded (and so validated) once, before
+/// the denoising loop, as the official engine loads every model at start:
+/// a corrupt decoder checkpoint fails before any step is spent.
+class ClipDecoders {
+ public:
+  /// Loads `model_root`/turbo_vae/ and `model_root`/stable-audio-open-1.0/ on
+  /// `be` (which must outlive this). Errors (one line): a missing folder or
+  /// file, a corrupt or mismatched checkpoint (naming it).
+  static ClipDecoders load(const std::string& model_root, Backend& be);
 
-/// Decodes the sampler's final latents with the decoders under `model_root`.
-/// video_latent [1, 48, T, h, w] f32 -> frames [4T-3, 16h, 16w, 3] u8 RGB;
-/// audio_latent [1, La, 64] f32 -> audio [La * 2048 * 441/512, 2] f32 at
-/// 44.1 kHz (250 frames -> 441,000 samples = 10 s). fps 12.5.
-/// Errors (one line): a missing decoder folder/file (naming it), or latent
-/// shapes the decoders cannot take.
-Clip decode_clip(const std::string& model_root, const Tensor& video_latent, const Tensor& audio_latent, Backend& be,
-                 DecodeTimes* times = nullptr);
+  /// video_latent [1, 48, T, h, w] f32 -> frames [4T-3, 16h, 16w, 3] u8 RGB;
+  /// audio_latent [1, La, 64] f32 -> audio [La * 2048 * 441/512, 2] f32 at
+  /// 44.1 kHz (250 frames -> 441,000 samples = 10 s); fps 12.5.
+  /// Errors: latent shapes the decoders cannot take.
+  Clip decode(const Tensor& video_latent, const Tensor& audio_latent, DecodeTimes* times = nullptr) const;
+
+ private:
+  ClipDecoders(TurboVaeDecoder video, OobleckDecoder audio) : video_(std::move(video)), audio_(std::move(audio)) {}
+  TurboVaeDecoder video_;
+  OobleckDecoder audio_;
+};
 
 }  // namespace magi2

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -142,7 +143,8 @@ int run_generate(const GenerateArgs& a) {
   check_output_path(latents_out, a.save_latents.empty() ? "-o" : "--save-latents");
   check_output_path(a.metrics, "--metrics");
   if (!a.image.empty())
-    MAGI2_CHECK(std::filesystem::is_regular_file(a.image), "--image ", a.image, ": no such file");
+    MAGI2_CHECK(std::filesystem::is_regular_file(a.image), "--image ", a.image,
+                std::filesystem::is_directory(a.image) ? ": is a folder, not an image file" : ": no such file");
 
   // The jobs: one, or one per sample (official seed + index, numbered outputs).
   std::vector<Job> jobs;
@@ -167,7 +169,7 @@ int run_generate(const GenerateArgs& a) {
   }
 
   const std::string root = resolve_model(a.model);
-  if (decode) check_decoders_present(root);
+  MAGI2_CHECK(std::filesystem::is_directory(root), "model folder '", root, "' does not exist");
   const std::string wan_pth = (std::filesystem::path(root) / "vae" / "Wan2.2_VAE.pth").string();
   for (const Job& job : jobs)
     MAGI2_CHECK(job.image.empty() || std::filesystem::is_regular_file(wan_pth),
@@ -204,6 +206,12 @@ int run_generate(const GenerateArgs& a) {
   }
   const double load_ms = ms_since(t_start) - text_ms;
   Dit dit(cfg.arch, model.weights, *be);
+  // Decoders are loaded before the first step, so a bad decoder checkpoint
+  // costs no denoising time.
+  const auto t_dec = clock::now();
+  std::optional<ClipDecoders> decoders;
+  if (decode) decoders.emplace(ClipDecoders::load(root, *be));
+  const double decoder_load_ms = ms_since(t_dec);
 
   // Every prompt is encoded before the first denoising step, so a bad sample
   // fails the batch before any work on the others.
@@ -278,7 +286,10 @@ int run_generate(const GenerateArgs& a) {
     const auto t_loop = clock::now();
     req.on_step = [&](GenerateStep& s) { return report_step(s, ms_since(t_loop)); };
     const std::string noise = a.noise.empty() ? str_cat("seed ", job.seed) : str_cat("noise from ", a.noise);
-    const std::string text = encode ? str_cat(tokens, " prompt tokens") : str_cat("features from ", a.text_features);
+    std::string text = encode ? str_cat(tokens, " prompt tokens") : str_cat("features from ", a.text_features);
+    if (!job.image.empty())
+      text += str_cat(", reference image ", job.image, " (", req.ref_image_latent.size(2), "x",
+                      req.ref_image_latent.size(3), " latent)");
     std::fprintf(stderr,
                  "magi2: %s, %lld x %lld px, %.2f s -> latent %lldx%lldx%lld + %lld audio frames, %d step%s, %s, %s\n",
                  model.transformer_dir.c_str(), (long long)w, (long long)h, a.seconds, (long long)req.latent.frames,
@@ -296,7 +307,7 @@ int run_generate(const GenerateArgs& a) {
     OutputReport rep;
     double out_ms = 0;
     if (wants_decode(job.outputs)) {
-      const Clip clip = decode_clip(root, r.latent, r.audio_latent, *be, &dt);
+      const Clip clip = decoders->decode(r.latent, r.audio_latent, &dt);
       const auto t_out = clock::now();
       rep = write_outputs(clip, job.outputs);
       out_ms = ms_since(t_out);
@@ -319,14 +330,14 @@ int run_generate(const GenerateArgs& a) {
                             {"prompt", prompt_ms[j]},
                             {"reference_image", image_ms},
                             {"denoise", loop_ms},
-                            {"decoder_load", dt.load_ms},
+                            {"decoder_load", j == 0 ? decoder_load_ms : 0.0},
                             {"decode_video", dt.video_ms},
                             {"decode_audio", dt.audio_ms},
                             {"outputs", out_ms},
                             {"total", j == 0 ? ms_since(t_start) : ms_since(t_job)}}},
                           {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
                           {"seed", job.seed},
-                          {"latents", job.latents}};
+                          {"latents", job.latents.empty() ? nlohmann::json() : nlohmann::json(job.latents)}};
       if (wants_decode(job.outputs)) m["outputs"] = rep.to_json(job.outputs);
       write_file_atomic(job.metrics, m.dump(2) + "\n");
     }
@@ -388,7 +399,7 @@ Command generate_command() {
     s->add_option("--audio-format", a.audio_format, "WAV sample format: pcm16 (official) or float32")
         ->envname("MAGI2_AUDIO_FORMAT")
         ->capture_default_str();
-    s->add_option("--output-width", a.output_width, "resize the decoded frames to this width (with --output-height)")
+    s->add_option("--output-width", a.output_width, "resize the decoded frames to this width (with --output-height; 0: decoded size)")
         ->envname("MAGI2_OUTPUT_WIDTH");
     s->add_option("--output-height", a.output_height, "resize the decoded frames to this height")
         ->envname("MAGI2_OUTPUT_HEIGHT");
