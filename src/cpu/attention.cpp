@@ -21,12 +21,6 @@
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MAGI2_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define MAGI2_CPU_CLONES
-#endif
-
 namespace magi2::cpu {
 
 namespace {

@@ -9,6 +9,15 @@
 #include "core/tensor.h"
 #include "ops/ops.h"
 
+// Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at
+// load time. With FMA contraction off project-wide and every reduction order
+// written out, each clone gives the same bytes as the others.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MAGI2_CPU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MAGI2_CPU_CLONES
+#endif
+
 namespace magi2::cpu {
 
 /// Pointer to row r of a 2-D (row-strided) tensor, in bytes.
