@@ -5,21 +5,11 @@
 #include <filesystem>
 #include <string>
 
+#include "util/cli.h"
 #include "util/testing.h"
 
 namespace magi2::test {
 namespace {
-
-struct CliRun {
-  int rc;
-  std::string out;
-};
-
-CliRun magi2(const std::string& args) {
-  CliRun r;
-  r.rc = run_command(magi2_binary() + " " + args, &r.out);
-  return r;
-}
 
 std::string golden(const std::string& p) { return golden_dir() + "/dit_tiny/" + p; }
 
@@ -27,14 +17,6 @@ std::string golden(const std::string& p) { return golden_dir() + "/dit_tiny/" + 
 std::string gen(const std::string& extra) {
   return "generate --model " + golden("") + " --transformer " + golden("ckpt") + " --text-features " +
          golden("dit_io.safetensors") + " --seconds 0.4 --width 96 --height 64 " + extra;
-}
-
-void expect_one_line_error(const CliRun& r, const std::string& must_contain) {
-  EXPECT_NE(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find(must_contain), std::string::npos) << "missing '" << must_contain << "' in: " << r.out;
-  const auto first = r.out.find("error");
-  ASSERT_NE(first, std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("error", first + 1), std::string::npos) << "more than one error line: " << r.out;
 }
 
 TEST(CliErrors, UnknownResolution) {

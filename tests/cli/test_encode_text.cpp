@@ -9,23 +9,13 @@
 #include <string>
 
 #include "io/safetensors.h"
+#include "util/cli.h"
 #include "util/testing.h"
 
 namespace magi2::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CliRun {
-  int rc;
-  std::string out;
-};
-
-CliRun magi2(const std::string& args) {
-  CliRun r;
-  r.rc = run_command(magi2_binary() + " " + args, &r.out);
-  return r;
-}
 
 std::string text_dir() { return golden_dir() + "/qwen35_text_tiny"; }
 
@@ -34,14 +24,6 @@ std::string text_dir() { return golden_dir() + "/qwen35_text_tiny"; }
 std::string enc(const std::string& extra) {
   const bool threads = extra.find("--threads") != std::string::npos;
   return "encode-text --text-encoder " + text_dir() + "/text_encoder " + (threads ? "" : "--threads 1 ") + extra;
-}
-
-void expect_one_line_error(const CliRun& r, const std::string& must_contain) {
-  EXPECT_NE(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find(must_contain), std::string::npos) << "missing '" << must_contain << "' in: " << r.out;
-  const auto first = r.out.find("error");
-  ASSERT_NE(first, std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("error", first + 1), std::string::npos) << "more than one error line: " << r.out;
 }
 
 std::string write_file(const std::string& path, const std::string& bytes) {

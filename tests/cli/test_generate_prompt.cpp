@@ -9,25 +9,13 @@
 #include <string>
 
 #include "io/safetensors.h"
+#include "util/cli.h"
 #include "util/testing.h"
 
 namespace magi2::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CliRun {
-  int rc;
-  std::string out;
-};
-
-void expect_one_line_error(const CliRun& r, const std::string& must_contain) {
-  EXPECT_NE(r.rc, 0) << r.out;
-  EXPECT_NE(r.out.find(must_contain), std::string::npos) << "missing '" << must_contain << "' in: " << r.out;
-  const auto first = r.out.find("error");
-  ASSERT_NE(first, std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("error", first + 1), std::string::npos) << "more than one error line: " << r.out;
-}
 
 std::string write_file(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
