@@ -63,56 +63,47 @@ void gated_rms_norm(const GatedRmsNormParams& p) {
   }
 }
 
-void sigmoid_mul(const SigmoidMulParams& p) {
-  const int64_t rows = p.out.size(0), cols = p.out.size(1);
-  check_2d(p.x, rows, cols, "sigmoid_mul.x");
-  check_2d(p.g, rows, cols, "sigmoid_mul.g");
-  check_2d(p.out, rows, cols, "sigmoid_mul.out");
-  const DType dt = p.out.dtype();
-  check_float(p.x, dt, "sigmoid_mul.x");
-  check_float(p.g, dt, "sigmoid_mul.g");
-  check_float(p.out, dt, "sigmoid_mul.out");
+namespace {
+
+// out = x * bf16?(act(g)) row by row: the shared form of the two gates; act's
+// result is rounded to bf16 first in the bf16 path (the official
+// act(g).to(bf16) * x), and the product rounds once on store.
+template <typename Act>
+void gated_product(const Tensor& x, const Tensor& g, const Tensor& out, const char* op, Act act) {
+  const int64_t rows = out.size(0), cols = out.size(1);
+  const std::string n(op);
+  check_2d(x, rows, cols, (n + ".x").c_str());
+  check_2d(g, rows, cols, (n + ".g").c_str());
+  check_2d(out, rows, cols, (n + ".out").c_str());
+  const DType dt = out.dtype();
+  check_float(x, dt, (n + ".x").c_str());
+  check_float(g, dt, (n + ".g").c_str());
+  check_float(out, dt, (n + ".out").c_str());
   const bool bf = dt == DType::BF16;
 #pragma omp parallel
   {
-    std::vector<float> x(cols), g(cols);
+    std::vector<float> xv(cols), gv(cols);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      load_row_f32(p.x, r, cols, x.data());
-      load_row_f32(p.g, r, cols, g.data());
+      load_row_f32(x, r, cols, xv.data());
+      load_row_f32(g, r, cols, gv.data());
       for (int64_t i = 0; i < cols; ++i) {
-        const float s = sigmoid_f32(g[i]);
-        x[i] *= bf ? round_bf16(s) : s;
+        const float s = act(gv[i]);
+        xv[i] = (bf ? round_bf16(s) : s) * xv[i];
       }
-      store_row(p.out, r, cols, x.data());
+      store_row(out, r, cols, xv.data());
     }
   }
 }
 
+}  // namespace
+
+void sigmoid_mul(const SigmoidMulParams& p) {
+  gated_product(p.x, p.g, p.out, "sigmoid_mul", [](float v) { return sigmoid_f32(v); });
+}
+
 void silu_mul(const SiluMulParams& p) {
-  const int64_t rows = p.out.size(0), cols = p.out.size(1);
-  check_2d(p.gate, rows, cols, "silu_mul.gate");
-  check_2d(p.up, rows, cols, "silu_mul.up");
-  check_2d(p.out, rows, cols, "silu_mul.out");
-  const DType dt = p.out.dtype();
-  check_float(p.gate, dt, "silu_mul.gate");
-  check_float(p.up, dt, "silu_mul.up");
-  check_float(p.out, dt, "silu_mul.out");
-  const bool bf = dt == DType::BF16;
-#pragma omp parallel
-  {
-    std::vector<float> g(cols), u(cols);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      load_row_f32(p.gate, r, cols, g.data());
-      load_row_f32(p.up, r, cols, u.data());
-      for (int64_t i = 0; i < cols; ++i) {
-        const float s = silu_f32(g[i]);
-        g[i] = (bf ? round_bf16(s) : s) * u[i];
-      }
-      store_row(p.out, r, cols, g.data());
-    }
-  }
+  gated_product(p.up, p.gate, p.out, "silu_mul", [](float v) { return silu_f32(v); });
 }
 
 }  // namespace magi2::cpu
