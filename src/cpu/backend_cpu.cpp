@@ -37,6 +37,7 @@ class CpuBackend final : public Backend {
     MAGI2_CHECK(t.is_contiguous(), "zero: needs a contiguous tensor");
     std::memset(t.data(), 0, t.nbytes());
   }
+  void copy(const CopyParams& p) override { cpu::copy(p); }
   void rms_norm(const RmsNormParams& p) override { cpu::rms_norm(p); }
   void linear(const LinearParams& p) override { cpu::linear(p); }
   void swiglu7(const SwiGLU7Params& p) override { cpu::swiglu7(p); }

@@ -14,6 +14,7 @@ void gate(const GateParams& p);                 // elementwise.cpp
 void add(const AddParams& p);                   // elementwise.cpp
 void copy_cols(const CopyColsParams& p);        // elementwise.cpp
 void cast(const CastParams& p);                 // elementwise.cpp
+void copy(const CopyParams& p);                 // elementwise.cpp
 void rope_table(const RopeTableParams& p);      // rope.cpp
 void rope(const RopeParams& p);                 // rope.cpp
 void attention(const AttentionParams& p);       // attention.cpp

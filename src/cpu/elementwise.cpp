@@ -123,4 +123,22 @@ void cast(const CastParams& p) {
   }
 }
 
+void copy(const CopyParams& p) {
+  MAGI2_CHECK(p.src.defined() && p.dst.defined(), "copy: src or dst is missing");
+  MAGI2_CHECK(p.src.device() == Device::CPU && p.dst.device() == Device::CPU,
+              "copy: the CPU backend copies only between CPU tensors");
+  MAGI2_CHECK(p.src.dtype() == p.dst.dtype() && p.src.shape() == p.dst.shape(), "copy: src ",
+              shape_str(p.src.shape()), " ", dtype_name(p.src.dtype()), " does not match dst ",
+              shape_str(p.dst.shape()), " ", dtype_name(p.dst.dtype()));
+  if (p.src.is_contiguous() && p.dst.is_contiguous()) {
+    std::memmove(p.dst.data(), p.src.data(), p.src.nbytes());
+    return;
+  }
+  const int64_t rows = p.src.dim() == 2 ? p.src.size(0) : 0, cols = p.src.dim() == 2 ? p.src.size(1) : 0;
+  check_2d(p.src, rows, cols, "copy.src");
+  check_2d(p.dst, rows, cols, "copy.dst");
+  const size_t bytes = static_cast<size_t>(cols) * dtype_size(p.src.dtype());
+  for (int64_t r = 0; r < rows; ++r) std::memmove(row_ptr(p.dst, r), row_ptr(p.src, r), bytes);
+}
+
 }  // namespace magi2::cpu

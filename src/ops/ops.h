@@ -238,6 +238,16 @@ struct CopyColsParams {
   int64_t col_begin = 0;
 };
 
+/// dst = src, byte for byte, across devices (host <-> device, device <-> device,
+/// host <-> host): same dtype and shape, each contiguous or 2-D row-strided
+/// (unit column stride). A copy into host memory has completed when the call
+/// returns (the only op that waits for the device); a copy from host memory
+/// has read its source when the call returns, so the source may be reused.
+struct CopyParams {
+  Tensor src;
+  Tensor dst;
+};
+
 /// dst = cast(src) element-wise (f32 <-> bf16, RNE), both [R, C] (row-strided ok).
 struct CastParams {
   Tensor src;
@@ -553,6 +563,8 @@ class Backend {
   virtual Tensor alloc(const Shape& shape, DType dtype) = 0;
   /// Sets every byte of t to zero.
   virtual void zero(const Tensor& t) = 0;
+  /// Copies between devices (see CopyParams); the way tensors move to and from the device.
+  virtual void copy(const CopyParams& p) = 0;
 
   virtual void rms_norm(const RmsNormParams& p) = 0;
   virtual void linear(const LinearParams& p) = 0;

@@ -1,0 +1,171 @@
+// The CUDA backend (docs/cuda.md): one stream, device memory from a caching
+// allocator, ops enqueued without host synchronisation. Phase 0 implements
+// copy, zero, rms_norm, linear, swiglu7, gate, add and cast; the rest throw.
+#include "cuda/backend_cuda.h"
+
+#include "cuda/allocator.h"
+#include "cuda/cuda_common.h"
+#include "cuda/linear.h"
+
+namespace magi2 {
+namespace cuda {
+
+void check_2d(const Tensor& t, int64_t rows, int64_t cols, const char* what) {
+  MAGI2_CHECK(t.defined(), what, ": tensor is missing");
+  MAGI2_CHECK(t.device() == Device::CUDA, what, ": expected a CUDA tensor");
+  MAGI2_CHECK(t.dim() == 2 && t.shape()[0] == rows && t.shape()[1] == cols && t.strides()[1] == 1, what,
+              ": expected [", rows, ", ", cols, "] with unit column stride, got ", shape_str(t.shape()));
+}
+
+void check_groups(const Groups& g, int64_t rows, const char* what) {
+  MAGI2_CHECK(g.count >= 1 && g.count <= 3 && g.cu[0] == 0 && g.cu[g.count] == rows, what,
+              ": row groups do not cover ", rows, " rows");
+  for (int m = 0; m < g.count; ++m) MAGI2_CHECK(g.cu[m] <= g.cu[m + 1], what, ": row groups not ordered");
+}
+
+namespace {
+
+// cuBLASLt workspace: enough for split-K on the DiT's GEMMs (cuBLAS suggests 32 MiB on Hopper).
+constexpr size_t kGemmWorkspace = size_t{32} << 20;
+
+// Row pitch in bytes of a 2-D tensor (row-strided or contiguous).
+size_t pitch_of(const Tensor& t, const char* what) {
+  MAGI2_CHECK(t.dim() == 2 && t.strides()[1] == 1, what, ": expected a contiguous or 2-D row-strided tensor, got ",
+              shape_str(t.shape()));
+  return static_cast<size_t>(t.row_stride()) * dtype_size(t.dtype());
+}
+
+#define MAGI2_CUDA_TODO(op, Params) \
+  void op(const Params&) override { throw Error("CUDA backend: " #op " is not implemented yet"); }
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    int n = 0;
+    MAGI2_CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n > 0, "CUDA backend: no CUDA GPU is available");
+    MAGI2_CHECK(device >= 0 && device < n, "CUDA backend: GPU ", device, " does not exist (", n, " present)");
+    MAGI2_CUDA_CHECK(cudaSetDevice(device));
+    MAGI2_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cache_ = std::make_shared<DeviceCache>(device);
+    workspace_ = cache_->get(kGemmWorkspace);
+    linear_ = std::make_unique<LinearRunner>(workspace_.get(), kGemmWorkspace);
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);  // pending ops may still use the workspace
+    linear_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device::CUDA; }
+  const char* name() const override { return "cuda"; }
+  cudaStream_t stream() const { return stream_; }
+
+  Tensor alloc(const Shape& shape, DType dtype) override {
+    int64_t n = 1;
+    for (int64_t d : shape) {
+      MAGI2_CHECK(d >= 0, "CUDA backend: alloc: negative dimension in ", shape_str(shape));
+      n *= d;
+    }
+    std::shared_ptr<void> block = cache_->get(static_cast<size_t>(n) * dtype_size(dtype));
+    void* data = block.get();
+    return Tensor::view_of(data, shape, dtype, std::move(block), Device::CUDA);
+  }
+
+  void zero(const Tensor& t) override {
+    MAGI2_CHECK(t.device() == Device::CUDA && t.is_contiguous(), "zero: needs a contiguous CUDA tensor");
+    MAGI2_CUDA_CHECK(cudaMemsetAsync(t.data(), 0, t.nbytes(), stream_));
+  }
+
+  void copy(const CopyParams& p) override {
+    MAGI2_CHECK(p.src.defined() && p.dst.defined(), "copy: src or dst is missing");
+    MAGI2_CHECK(p.src.dtype() == p.dst.dtype() && p.src.shape() == p.dst.shape(), "copy: src ",
+                shape_str(p.src.shape()), " ", dtype_name(p.src.dtype()), " does not match dst ",
+                shape_str(p.dst.shape()), " ", dtype_name(p.dst.dtype()));
+    // Both contiguous: one row of all the bytes; else rows of the 2-D views.
+    size_t width = p.src.nbytes(), height = 1, spitch = width, dpitch = width;
+    if (!(p.src.is_contiguous() && p.dst.is_contiguous())) {
+      spitch = pitch_of(p.src, "copy.src");
+      dpitch = pitch_of(p.dst, "copy.dst");
+      width = static_cast<size_t>(p.src.size(1)) * dtype_size(p.src.dtype());
+      height = static_cast<size_t>(p.src.size(0));
+    }
+    if (width == 0 || height == 0) return;
+    MAGI2_CUDA_CHECK(cudaMemcpy2DAsync(p.dst.data(), dpitch, p.src.data(), spitch, width, height,
+                                       cudaMemcpyDefault, stream_));
+    // Host-bound results must be readable on return; a host source is staged by the
+    // driver before cudaMemcpy2DAsync returns, so it needs no wait.
+    if (p.dst.device() == Device::CPU) MAGI2_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void rms_norm(const RmsNormParams& p) override { cuda::rms_norm(p, stream_); }
+  void linear(const LinearParams& p) override { linear_->run(p, stream_); }
+  void swiglu7(const SwiGLU7Params& p) override { cuda::swiglu7(p, stream_); }
+  void gate(const GateParams& p) override { cuda::gate(p, stream_); }
+  void add(const AddParams& p) override { cuda::add(p, stream_); }
+  void cast(const CastParams& p) override { cuda::cast(p, stream_); }
+
+  MAGI2_CUDA_TODO(gather_rows, GatherRowsParams)
+  MAGI2_CUDA_TODO(rope_table, RopeTableParams)
+  MAGI2_CUDA_TODO(rope, RopeParams)
+  MAGI2_CUDA_TODO(attention, AttentionParams)
+  MAGI2_CUDA_TODO(copy_cols, CopyColsParams)
+  MAGI2_CUDA_TODO(mhc_logits, MhcLogitsParams)
+  MAGI2_CUDA_TODO(mhc_pre, MhcPreParams)
+  MAGI2_CUDA_TODO(mhc_post_res, MhcPostResParams)
+  MAGI2_CUDA_TODO(moe_route, MoeRouteParams)
+  MAGI2_CUDA_TODO(moe_experts, MoeExpertsParams)
+  MAGI2_CUDA_TODO(conv1d, Conv1dParams)
+  MAGI2_CUDA_TODO(conv_transpose1d, ConvTranspose1dParams)
+  MAGI2_CUDA_TODO(snake_beta, SnakeBetaParams)
+  MAGI2_CUDA_TODO(conv3d, Conv3dParams)
+  MAGI2_CUDA_TODO(activation, ActivationParams)
+  MAGI2_CUDA_TODO(upsample_nearest, UpsampleNearestParams)
+  MAGI2_CUDA_TODO(channels_to_time, ChannelsToTimeParams)
+  MAGI2_CUDA_TODO(unpatchify, UnpatchifyParams)
+  MAGI2_CUDA_TODO(latent_denorm, LatentDenormParams)
+  MAGI2_CUDA_TODO(frames_to_u8, FramesToU8Params)
+  MAGI2_CUDA_TODO(channel_l2_norm, ChannelL2NormParams)
+  MAGI2_CUDA_TODO(avg_down3d, AvgDown3dParams)
+  MAGI2_CUDA_TODO(spatial_attention, SpatialAttentionParams)
+  MAGI2_CUDA_TODO(channel_affine, ChannelAffineParams)
+  MAGI2_CUDA_TODO(causal_conv1d, CausalConv1dParams)
+  MAGI2_CUDA_TODO(gated_delta_rule, GatedDeltaRuleParams)
+  MAGI2_CUDA_TODO(gated_rms_norm, GatedRmsNormParams)
+  MAGI2_CUDA_TODO(rotary, RotaryParams)
+  MAGI2_CUDA_TODO(causal_attention, CausalAttentionParams)
+  MAGI2_CUDA_TODO(sigmoid_mul, SigmoidMulParams)
+  MAGI2_CUDA_TODO(silu_mul, SiluMulParams)
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  std::shared_ptr<DeviceCache> cache_;
+  std::shared_ptr<void> workspace_;
+  std::unique_ptr<LinearRunner> linear_;
+};
+
+CudaBackend& as_cuda(Backend& b) {
+  auto* c = dynamic_cast<CudaBackend*>(&b);
+  MAGI2_CHECK(c != nullptr, "expected the CUDA backend, got the ", b.name(), " backend");
+  return *c;
+}
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<cuda::CudaBackend>(device); }
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+void* cuda_stream_of(Backend& b) { return cuda::as_cuda(b).stream(); }
+
+void cuda_synchronize(Backend& b) { MAGI2_CUDA_CHECK(cudaStreamSynchronize(cuda::as_cuda(b).stream())); }
+
+}  // namespace magi2

@@ -1,0 +1,31 @@
+// The CUDA backend's entry points. This header compiles without the CUDA
+// headers, so model code and tools can include it in any build.
+#pragma once
+
+#include <memory>
+
+#include "ops/ops.h"
+
+namespace magi2 {
+
+/// The CUDA backend on GPU `device` (docs/cuda.md). Every op is enqueued on one
+/// CUDA stream owned by the backend and returns without waiting for the GPU,
+/// except `copy` into host memory. Tensors from `alloc` live on the device
+/// (Device::CUDA) and are never dereferenced on the host; their memory returns
+/// to the backend's cache when the last view is dropped. Ops that are not
+/// implemented yet throw Error("CUDA backend: <op> is not implemented yet").
+/// Errors: Error when the device cannot be opened or no GPU is present.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+
+/// Number of usable CUDA GPUs; 0 when there is no driver or no GPU (never throws).
+int cuda_device_count();
+
+/// The backend's CUDA stream as an opaque `cudaStream_t` (for events and
+/// timing in tests and benchmarks). Error unless `b` is a CUDA backend.
+void* cuda_stream_of(Backend& b);
+
+/// Waits until every op enqueued on the backend's stream has finished (tests
+/// and benchmarks; the pipeline itself waits only in host-bound copies).
+void cuda_synchronize(Backend& b);
+
+}  // namespace magi2

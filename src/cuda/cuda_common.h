@@ -1,0 +1,48 @@
+// Internal helpers of the CUDA backend: error checks, the per-op plumbing
+// shared by kernel files. Host-side only (no device code), so .cpp files of
+// src/cuda/ can include it with the plain C++ compiler.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+/// Throws magi2::Error naming the call and CUDA's message when `expr` fails.
+#define MAGI2_CUDA_CHECK(expr)                                                                  \
+  do {                                                                                          \
+    const cudaError_t magi2_err_ = (expr);                                                      \
+    if (magi2_err_ != cudaSuccess)                                                              \
+      throw ::magi2::Error(::magi2::str_cat("CUDA error in ", #expr, ": ",                     \
+                                            cudaGetErrorString(magi2_err_)));                   \
+  } while (0)
+
+/// Checks the launch just enqueued (bad configuration, missing kernel image).
+#define MAGI2_CUDA_CHECK_LAUNCH(what)                                                           \
+  do {                                                                                          \
+    const cudaError_t magi2_err_ = cudaGetLastError();                                          \
+    if (magi2_err_ != cudaSuccess)                                                              \
+      throw ::magi2::Error(::magi2::str_cat("CUDA backend: ", what, " launch failed: ",       \
+                                            cudaGetErrorString(magi2_err_)));                   \
+  } while (0)
+
+namespace magi2::cuda {
+
+/// Checks that t is a 2-D device tensor [rows, cols] with unit column stride.
+void check_2d(const Tensor& t, int64_t rows, int64_t cols, const char* what);
+/// Checks that the row groups cover `rows` rows in order (at most 3 groups).
+void check_groups(const Groups& g, int64_t rows, const char* what);
+
+// Op entry points, one family per file; each enqueues on `s` and returns.
+void rms_norm(const RmsNormParams& p, cudaStream_t s);  // elementwise.cu
+void swiglu7(const SwiGLU7Params& p, cudaStream_t s);   // elementwise.cu
+void gate(const GateParams& p, cudaStream_t s);         // elementwise.cu
+void add(const AddParams& p, cudaStream_t s);           // elementwise.cu
+void cast(const CastParams& p, cudaStream_t s);         // elementwise.cu
+/// Adds a per-group f32 bias to the rows of an f32 y (the f32 linear's epilogue).
+void add_bias_f32(const Tensor& y, const Tensor& bias, const Groups& g, cudaStream_t s);  // elementwise.cu
+
+}  // namespace magi2::cuda

@@ -1,0 +1,252 @@
+// Element-wise and row-norm kernels of the CUDA backend: RMSNorm (spec
+// magi2-dit.md §4.1), SwiGLU7 (§4.3), the attention output gate (§6 step 9),
+// add, cast, and the f32 bias epilogue. Each matches the CPU reference
+// (src/cpu/) bit for bit: the same fp32 operations in the same order, no FMA
+// contraction (built with --fmad=false), IEEE division and square root, and
+// the exponential evaluated in double and rounded to fp32 (the correctly
+// rounded value, which glibc's expf returns for all but a sliver of inputs).
+#include <cstdint>
+
+#include "cuda/cuda_common.h"
+
+namespace magi2::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+
+// Same bits as core/dtype.h f32_to_bf16_bits: RNE, NaN kept quiet with its sign.
+__device__ __forceinline__ uint16_t f32_to_bf16(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+__device__ __forceinline__ float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+__device__ __forceinline__ float load_f32(const float* p) { return *p; }
+__device__ __forceinline__ float load_f32(const uint16_t* p) { return bf16_to_f32(*p); }
+__device__ __forceinline__ void store_f32(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_f32(uint16_t* p, float v) { *p = f32_to_bf16(v); }
+
+__device__ __forceinline__ float exp_f32(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
+__device__ __forceinline__ float sigmoid_f32(float z) { return 1.0f / (1.0f + exp_f32(-z)); }
+
+// One 16-lane group per d-vector. Lane j keeps the partial sum of elements
+// j, j+16, j+32, ... in increasing order and the 16 sums meet in the halving
+// tree 8, 4, 2, 1: exactly the CPU's dot_f32 order, so the mean square (and
+// with it every output) is bit-identical.
+template <typename TI, typename TO>
+__global__ void rms_norm_kernel(const TI* __restrict__ x, int64_t ldx, TO* __restrict__ y, int64_t ldy,
+                                const float* __restrict__ w, int64_t rows, int64_t heads, int64_t d,
+                                int4 cu, int groups, float eps) {
+  const int64_t vec = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 16;
+  const int lane = threadIdx.x & 15;
+  if (vec >= rows * heads) return;  // whole 16-lane groups leave together
+  const int64_t r = vec / heads, h = vec % heads;
+  const TI* xv = x + r * ldx + h * d;
+  TO* yv = y + r * ldy + h * d;
+  float acc = 0.f;
+  for (int64_t i = lane; i < d; i += 16) {
+    const float v = load_f32(xv + i);
+    acc += v * v;
+  }
+  const unsigned mask = (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu;
+  for (int off = 8; off >= 1; off /= 2) acc += __shfl_down_sync(mask, acc, off, 16);
+  acc = __shfl_sync(mask, acc, 0, 16);
+  const float ms = acc * (1.0f / static_cast<float>(d));
+  const float rs = 1.0f / sqrtf(ms + eps);
+  int m = 0;
+  while (m + 1 < groups && r >= (m == 0 ? cu.y : cu.z)) ++m;
+  const float* wm = w + m * d;
+  for (int64_t i = lane; i < d; i += 16) store_f32(yv + i, (load_f32(xv + i) * rs) * (wm[i] + 1.0f));
+}
+
+__global__ void swiglu7_kernel(const uint16_t* __restrict__ u, int64_t ldu, uint16_t* __restrict__ z, int64_t ldz,
+                               int64_t rows, int64_t half) {
+  const int64_t n = rows * half;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / half, i = e % half;
+    // Comparisons rather than fminf/fmaxf: those drop NaN, the official clamp keeps it.
+    float g = bf16_to_f32(u[r * ldu + 2 * i]);
+    float l = bf16_to_f32(u[r * ldu + 2 * i + 1]);
+    g = g > 7.0f ? 7.0f : g;
+    l = l > 7.0f ? 7.0f : (l < -7.0f ? -7.0f : l);
+    const float s = g * sigmoid_f32(1.702f * g);
+    z[r * ldz + i] = f32_to_bf16(s * (l + 1.0f));
+  }
+}
+
+__global__ void gate_kernel(uint16_t* __restrict__ o, const uint16_t* __restrict__ g, int64_t ldg, int64_t t,
+                            int64_t h, int64_t hd) {
+  const int64_t n = t * h * hd;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = e / (h * hd), k = (e / hd) % h;
+    const float s = round_bf16(sigmoid_f32(bf16_to_f32(g[row * ldg + k])));
+    o[e] = f32_to_bf16(bf16_to_f32(o[e]) * s);
+  }
+}
+
+template <typename T>
+__global__ void add_kernel(const T* a, int64_t lda, const T* b, int64_t ldb, T* out, int64_t ldo, int64_t rows,
+                           int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / cols, c = e % cols;
+    store_f32(out + r * ldo + c, load_f32(a + r * lda + c) + load_f32(b + r * ldb + c));
+  }
+}
+
+template <typename TI, typename TO>
+__global__ void cast_kernel(const TI* __restrict__ src, int64_t lds, TO* __restrict__ dst, int64_t ldd, int64_t rows,
+                            int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / cols, c = e % cols;
+    store_f32(dst + r * ldd + c, load_f32(src + r * lds + c));
+  }
+}
+
+__global__ void add_bias_kernel(float* y, int64_t ldy, const float* __restrict__ bias, int64_t rows, int64_t cols,
+                                int4 cu, int groups) {
+  const int64_t n = rows * cols;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / cols, c = e % cols;
+    int m = 0;
+    while (m + 1 < groups && r >= (m == 0 ? cu.y : cu.z)) ++m;
+    y[r * ldy + c] += bias[m * cols + c];
+  }
+}
+
+// Grid for a grid-stride loop over n elements (a few waves; the loop covers the rest).
+unsigned blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65536 ? (b > 0 ? b : 1) : 65536);
+}
+
+int4 cu_of(const Groups& g) {
+  return make_int4(static_cast<int>(g.cu[0]), static_cast<int>(g.cu[1]), static_cast<int>(g.cu[2]),
+                   static_cast<int>(g.cu[3]));
+}
+
+bool is_float(DType t) { return t == DType::BF16 || t == DType::F32; }
+
+template <typename T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.data());
+}
+
+}  // namespace
+
+void rms_norm(const RmsNormParams& p, cudaStream_t s) {
+  const int64_t rows = p.x.size(0), cols = p.x.size(1);
+  MAGI2_CHECK(p.heads >= 1 && cols % p.heads == 0, "rms_norm: ", cols, " columns do not split into ", p.heads,
+              " heads");
+  const int64_t d = cols / p.heads;
+  check_2d(p.x, rows, cols, "rms_norm.x");
+  check_2d(p.y, rows, cols, "rms_norm.y");
+  check_groups(p.groups, rows, "rms_norm");
+  MAGI2_CHECK(is_float(p.x.dtype()) && is_float(p.y.dtype()), "rms_norm: x and y must be bf16 or f32");
+  MAGI2_CHECK(p.w.device() == Device::CUDA && p.w.dtype() == DType::F32 && p.w.numel() == d * p.groups.count,
+              "rms_norm.w: expected ", d * p.groups.count, " f32 values on the device, got ", shape_str(p.w.shape()));
+  if (rows == 0) return;
+  const int64_t vecs = rows * p.heads;
+  const unsigned blocks = static_cast<unsigned>((vecs * 16 + kThreads - 1) / kThreads);
+  const int64_t ldx = p.x.row_stride(), ldy = p.y.row_stride();
+  const float* w = ptr<float>(p.w);
+  const int4 cu = cu_of(p.groups);
+  const bool xb = p.x.dtype() == DType::BF16, yb = p.y.dtype() == DType::BF16;
+  if (xb && yb)
+    rms_norm_kernel<<<blocks, kThreads, 0, s>>>(ptr<uint16_t>(p.x), ldx, ptr<uint16_t>(p.y), ldy, w, rows, p.heads, d,
+                                                cu, p.groups.count, p.eps);
+  else if (xb)
+    rms_norm_kernel<<<blocks, kThreads, 0, s>>>(ptr<uint16_t>(p.x), ldx, ptr<float>(p.y), ldy, w, rows, p.heads, d,
+                                                cu, p.groups.count, p.eps);
+  else if (yb)
+    rms_norm_kernel<<<blocks, kThreads, 0, s>>>(ptr<float>(p.x), ldx, ptr<uint16_t>(p.y), ldy, w, rows, p.heads, d,
+                                                cu, p.groups.count, p.eps);
+  else
+    rms_norm_kernel<<<blocks, kThreads, 0, s>>>(ptr<float>(p.x), ldx, ptr<float>(p.y), ldy, w, rows, p.heads, d, cu,
+                                                p.groups.count, p.eps);
+  MAGI2_CUDA_CHECK_LAUNCH("rms_norm");
+}
+
+void swiglu7(const SwiGLU7Params& p, cudaStream_t s) {
+  const int64_t rows = p.u.size(0), half = p.z.size(1);
+  check_2d(p.u, rows, 2 * half, "swiglu7.u");
+  check_2d(p.z, rows, half, "swiglu7.z");
+  MAGI2_CHECK(p.u.dtype() == DType::BF16 && p.z.dtype() == DType::BF16, "swiglu7: u and z must be bf16");
+  if (rows * half == 0) return;
+  swiglu7_kernel<<<blocks_for(rows * half), kThreads, 0, s>>>(ptr<uint16_t>(p.u), p.u.row_stride(),
+                                                               ptr<uint16_t>(p.z), p.z.row_stride(), rows, half);
+  MAGI2_CUDA_CHECK_LAUNCH("swiglu7");
+}
+
+void gate(const GateParams& p, cudaStream_t s) {
+  MAGI2_CHECK(p.o.device() == Device::CUDA && p.o.dim() == 3 && p.o.dtype() == DType::BF16 && p.o.is_contiguous(),
+              "gate.o: expected contiguous bf16 [T, H, hd] on the device");
+  const int64_t t = p.o.size(0), h = p.o.size(1), hd = p.o.size(2);
+  check_2d(p.g, t, h, "gate.g");
+  MAGI2_CHECK(p.g.dtype() == DType::BF16, "gate.g: expected bf16");
+  if (t * h * hd == 0) return;
+  gate_kernel<<<blocks_for(t * h * hd), kThreads, 0, s>>>(ptr<uint16_t>(p.o), ptr<uint16_t>(p.g), p.g.row_stride(), t,
+                                                           h, hd);
+  MAGI2_CUDA_CHECK_LAUNCH("gate");
+}
+
+void add(const AddParams& p, cudaStream_t s) {
+  const int64_t rows = p.out.size(0), cols = p.out.size(1);
+  check_2d(p.a, rows, cols, "add.a");
+  check_2d(p.b, rows, cols, "add.b");
+  check_2d(p.out, rows, cols, "add.out");
+  const DType dt = p.out.dtype();
+  MAGI2_CHECK(is_float(dt) && p.a.dtype() == dt && p.b.dtype() == dt, "add: expected all-bf16 or all-f32 operands");
+  if (rows * cols == 0) return;
+  if (dt == DType::F32)
+    add_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(ptr<float>(p.a), p.a.row_stride(), ptr<float>(p.b),
+                                                             p.b.row_stride(), ptr<float>(p.out), p.out.row_stride(),
+                                                             rows, cols);
+  else
+    add_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(ptr<uint16_t>(p.a), p.a.row_stride(), ptr<uint16_t>(p.b),
+                                                             p.b.row_stride(), ptr<uint16_t>(p.out),
+                                                             p.out.row_stride(), rows, cols);
+  MAGI2_CUDA_CHECK_LAUNCH("add");
+}
+
+void cast(const CastParams& p, cudaStream_t s) {
+  const int64_t rows = p.dst.size(0), cols = p.dst.size(1);
+  check_2d(p.src, rows, cols, "cast.src");
+  check_2d(p.dst, rows, cols, "cast.dst");
+  MAGI2_CHECK(is_float(p.src.dtype()) && is_float(p.dst.dtype()), "cast: src and dst must be bf16 or f32");
+  if (rows * cols == 0) return;
+  const unsigned b = blocks_for(rows * cols);
+  const int64_t ls = p.src.row_stride(), ld = p.dst.row_stride();
+  const bool sb = p.src.dtype() == DType::BF16, db = p.dst.dtype() == DType::BF16;
+  if (sb && db)
+    cast_kernel<<<b, kThreads, 0, s>>>(ptr<uint16_t>(p.src), ls, ptr<uint16_t>(p.dst), ld, rows, cols);
+  else if (sb)
+    cast_kernel<<<b, kThreads, 0, s>>>(ptr<uint16_t>(p.src), ls, ptr<float>(p.dst), ld, rows, cols);
+  else if (db)
+    cast_kernel<<<b, kThreads, 0, s>>>(ptr<float>(p.src), ls, ptr<uint16_t>(p.dst), ld, rows, cols);
+  else
+    cast_kernel<<<b, kThreads, 0, s>>>(ptr<float>(p.src), ls, ptr<float>(p.dst), ld, rows, cols);
+  MAGI2_CUDA_CHECK_LAUNCH("cast");
+}
+
+void add_bias_f32(const Tensor& y, const Tensor& bias, const Groups& g, cudaStream_t s) {
+  const int64_t rows = y.size(0), cols = y.size(1);
+  if (rows * cols == 0) return;
+  add_bias_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(ptr<float>(y), y.row_stride(), ptr<float>(bias), rows,
+                                                                cols, cu_of(g), g.count);
+  MAGI2_CUDA_CHECK_LAUNCH("linear bias");
+}
+
+}  // namespace magi2::cuda

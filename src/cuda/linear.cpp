@@ -1,0 +1,137 @@
+// Grouped linear on cuBLASLt (spec magi2-dit.md §4.2, §3.8): y = x W_m^T per
+// row group, fp32 accumulation (CUBLAS_COMPUTE_32F: true fp32, no TF32) and
+// one rounding of the fp32 result to y's dtype, the CPU reference's rounding
+// point. The fp32 summation order is cuBLAS's own, so bf16 outputs can differ
+// from the CPU's by one bf16 ulp where the fp32 sum sits near a rounding
+// boundary (tests/cuda/test_cuda_backend.cpp measures it).
+#include "cuda/linear.h"
+
+#include <cublasLt.h>
+
+#include "cuda/cuda_common.h"
+
+#define MAGI2_CUBLAS_CHECK(expr)                                                                          \
+  do {                                                                                                    \
+    const cublasStatus_t magi2_st_ = (expr);                                                              \
+    if (magi2_st_ != CUBLAS_STATUS_SUCCESS)                                                               \
+      throw ::magi2::Error(::magi2::str_cat("cuBLASLt error in ", #expr, ": ", cublasLtGetStatusString(magi2_st_))); \
+  } while (0)
+
+namespace magi2::cuda {
+
+namespace {
+
+// Largest power of two <= 16 that divides the address.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 16;
+  while (al > 1 && a % al != 0) al /= 2;
+  return al;
+}
+
+cudaDataType_t cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// RAII holders for the cuBLASLt descriptors of one call.
+struct Layout {
+  cublasLtMatrixLayout_t h = nullptr;
+  Layout(cudaDataType_t t, uint64_t rows, uint64_t cols, int64_t ld) {
+    MAGI2_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&h, t, rows, cols, ld));
+  }
+  ~Layout() { cublasLtMatrixLayoutDestroy(h); }
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+};
+
+struct MatmulDesc {
+  cublasLtMatmulDesc_t h = nullptr;
+  MatmulDesc() {
+    MAGI2_CUBLAS_CHECK(cublasLtMatmulDescCreate(&h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    MAGI2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    MAGI2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  }
+  ~MatmulDesc() { cublasLtMatmulDescDestroy(h); }
+  MatmulDesc(const MatmulDesc&) = delete;
+  MatmulDesc& operator=(const MatmulDesc&) = delete;
+};
+
+}  // namespace
+
+LinearRunner::LinearRunner(void* workspace, size_t workspace_bytes)
+    : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  cublasLtHandle_t h = nullptr;
+  MAGI2_CUBLAS_CHECK(cublasLtCreate(&h));
+  handle_ = h;
+}
+
+LinearRunner::~LinearRunner() { cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_)); }
+
+void LinearRunner::gemm(const Tensor& x, const Tensor& w, const Tensor& y, int64_t w_row0, int64_t rows,
+                        cudaStream_t s) {
+  const int64_t in = x.size(1), out = y.size(1);
+  const cudaDataType_t t = cuda_type(x.dtype());
+  // Row-major y[R, out] = x[R, in] W[out, in]^T is column-major y^T = W^T-op * x^T:
+  // A = W seen column-major as [in, out] (ld in), op T; B = x as [in, R] (ld = row stride).
+  const size_t elt = dtype_size(x.dtype());
+  const char* wp = static_cast<const char*>(w.data()) + w_row0 * in * static_cast<int64_t>(elt);
+  // The chosen algorithm must suit the pointers' alignment (a group's row slice
+  // can start off a 16-byte boundary), so the alignment is part of the key.
+  const uint32_t al_a = alignment_of(wp), al_b = alignment_of(x.data()), al_c = alignment_of(y.data());
+  const Key key{rows, in, out, x.row_stride(), y.row_stride(),
+                static_cast<int64_t>(x.dtype()) | (static_cast<int64_t>(al_a) << 8) |
+                    (static_cast<int64_t>(al_b) << 16) | (static_cast<int64_t>(al_c) << 24)};
+  auto it = algos_.find(key);
+  Layout a(t, in, out, in), b(t, in, rows, x.row_stride()), c(t, out, rows, y.row_stride());
+  MatmulDesc desc;
+  if (it == algos_.end()) {
+    cublasLtMatmulPreference_t pref = nullptr;
+    MAGI2_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = workspace_bytes_;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), desc.h, a.h,
+                                                             b.h, c.h, c.h, pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    MAGI2_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "CUDA backend: linear: cuBLASLt has no algorithm for [",
+                rows, " x ", in, "] x [", in, " x ", out, "] ", dtype_name(x.dtype()));
+    it = algos_.emplace(key, std::make_shared<cublasLtMatmulAlgo_t>(res.algo)).first;
+  }
+  const float alpha = 1.f, beta = 0.f;
+  MAGI2_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), desc.h, &alpha, wp, a.h, x.data(), b.h,
+                                    &beta, y.data(), c.h, y.data(), c.h,
+                                    static_cast<const cublasLtMatmulAlgo_t*>(it->second.get()), workspace_,
+                                    workspace_bytes_, s));
+}
+
+void LinearRunner::run(const LinearParams& p, cudaStream_t s) {
+  const int64_t rows = p.x.size(0), in = p.x.size(1), out = p.y.size(1);
+  check_2d(p.x, rows, in, "linear.x");
+  check_2d(p.y, rows, out, "linear.y");
+  check_groups(p.groups, rows, "linear");
+  const DType dt = p.x.dtype();
+  MAGI2_CHECK((dt == DType::BF16 || dt == DType::F32) && p.w.dtype() == dt && p.y.dtype() == dt,
+              "linear: x, W and y must all be bf16 or all f32");
+  MAGI2_CHECK(p.w.device() == Device::CUDA && p.w.is_contiguous() && p.w.dim() == 2 &&
+                  p.w.size(0) == out * p.groups.count && p.w.size(1) == in,
+              "linear.w: expected [", out * p.groups.count, ", ", in, "] on the device, got ", shape_str(p.w.shape()));
+  if (p.bias.defined()) {
+    MAGI2_CHECK(dt == DType::F32, "CUDA backend: linear with a bias on bf16 operands is not implemented yet");
+    MAGI2_CHECK(p.bias.device() == Device::CUDA && p.bias.dtype() == DType::F32 &&
+                    p.bias.numel() == out * p.groups.count,
+                "linear.bias: expected ", out * p.groups.count, " f32 values on the device");
+  }
+  for (int g = 0; g < p.groups.count; ++g) {
+    const int64_t r0 = p.groups.cu[g], r1 = p.groups.cu[g + 1];
+    if (r0 == r1) continue;
+    gemm(p.x.slice_rows(r0, r1), p.w, p.y.slice_rows(r0, r1), g * out, r1 - r0, s);
+  }
+  // fp32: the bias joins the rounded fp32 dot product, as on the CPU (dot, then + bias).
+  if (p.bias.defined() && rows > 0) add_bias_f32(p.y, p.bias, p.groups, s);
+}
+
+}  // namespace magi2::cuda
