@@ -70,7 +70,7 @@ class CudaBackendTest : public ::testing::Test {
   std::mt19937 rng_{1234};
 };
 
-/// Bytes equal; prints and returns the count of differing elements.
+/// Prints and returns the number of elements whose bytes differ.
 int64_t count_diff(const Tensor& a, const Tensor& b, const char* what) {
   EXPECT_EQ(a.nbytes(), b.nbytes());
   const size_t e = dtype_size(a.dtype());
@@ -78,7 +78,7 @@ int64_t count_diff(const Tensor& a, const Tensor& b, const char* what) {
   for (int64_t i = 0; i < a.numel(); ++i)
     if (std::memcmp(static_cast<const char*>(a.data()) + i * e, static_cast<const char*>(b.data()) + i * e, e) != 0)
       ++n;
-  std::printf("%s: %lld of %lld elements differ from the CPU backend\n", what, static_cast<long long>(n),
+  std::printf("%s: %lld of %lld elements differ\n", what, static_cast<long long>(n),
               static_cast<long long>(a.numel()));
   return n;
 }
@@ -91,7 +91,8 @@ TEST_F(CudaBackendTest, CopyRoundTripsContiguousAndRowStrided) {
   EXPECT_EQ(count_diff(down(up(h)), h, "copy contiguous"), 0);
   Tensor d = up(h);
   Tensor cols = down(d.slice_cols(10, 60));  // device view -> contiguous host
-  Tensor ref = h.slice_cols(10, 60).clone();
+  Tensor ref = Tensor::empty({37, 50}, DType::BF16);
+  cpu_->copy({.src = h.slice_cols(10, 60), .dst = ref});
   EXPECT_EQ(count_diff(cols, ref, "copy row-strided"), 0);
   Tensor d2 = gpu_->alloc({37, 100}, DType::BF16);
   gpu_->zero(d2);
@@ -162,18 +163,53 @@ TEST_F(CudaBackendTest, SwiGLU7AndGateMatchCpu) {
   EXPECT_LE(count_diff(down(og), oc, "gate"), 3);
 }
 
-/// Max |ulp| distance of a bf16 GPU result from the CPU's, with a histogram.
-int32_t bf16_ulp_report(const Tensor& gpu, const Tensor& cpu, const char* what) {
+/// Spacing of bf16 values at |v| (the ulp), for normal values.
+double bf16_ulp(float v) {
+  const float a = std::fabs(v);
+  if (a < 1e-30f) return std::ldexp(1.0, -133);
+  int e = 0;
+  std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1)
+  return std::ldexp(1.0, e - 8);
+}
+
+/// Compares a bf16 GPU linear result with the CPU's. The two fp32 sums differ
+/// only in order, so |gpu - cpu| <= ulp(cpu) + in * 2^-24 * S, S = sum_i |x_i w_i|
+/// (the fp32 summation bound, `s_abs` computed on the CPU). Where the sum does
+/// not cancel much (|cpu| >= S / 64) the fp32 difference is far below half a
+/// bf16 ulp, so there the results must agree within one ulp; the printed max
+/// ulp is over those outputs, and near-cancelling outputs are counted apart.
+void expect_linear_close(const Tensor& gpu, const Tensor& cpu, const Tensor& s_abs, int64_t in, const char* what) {
+  int64_t conditioned = 0, off_by_one = 0, off_more = 0, cancelling_off = 0, over_bound = 0;
   int32_t worst = 0;
-  int64_t off = 0;
   for (int64_t i = 0; i < gpu.numel(); ++i) {
-    const int32_t d = std::abs(bf16_ordinal(gpu.data_as<uint16_t>()[i]) - bf16_ordinal(cpu.data_as<uint16_t>()[i]));
-    worst = std::max(worst, d);
-    off += d != 0;
+    const uint16_t g = gpu.data_as<uint16_t>()[i], c = cpu.data_as<uint16_t>()[i];
+    const float cv = bf16_bits_to_f32(c), gv = bf16_bits_to_f32(g), sv = s_abs.data_as<float>()[i];
+    const int32_t d = std::abs(bf16_ordinal(g) - bf16_ordinal(c));
+    if (std::fabs(gv - cv) > bf16_ulp(cv) + static_cast<double>(in) * std::ldexp(1.0, -24) * sv) ++over_bound;
+    if (std::fabs(cv) >= sv / 64) {
+      ++conditioned;
+      worst = std::max(worst, d);
+      off_by_one += d == 1;
+      off_more += d > 1;
+    } else {
+      cancelling_off += d != 0;
+    }
   }
-  std::printf("%s: max %d bf16 ulp from the CPU backend; %lld of %lld outputs differ (%.3f%%)\n", what, worst,
-              static_cast<long long>(off), static_cast<long long>(gpu.numel()), 100.0 * off / gpu.numel());
-  return worst;
+  std::printf("%s: %lld of %lld outputs well conditioned (|y| >= S/64): max %d bf16 ulp from the CPU, %lld differ "
+              "by 1 ulp (%.3f%%); %lld near-cancelling outputs differ; %lld outside the fp32-order bound\n",
+              what, static_cast<long long>(conditioned), static_cast<long long>(gpu.numel()), worst,
+              static_cast<long long>(off_by_one), 100.0 * off_by_one / std::max<int64_t>(conditioned, 1),
+              static_cast<long long>(cancelling_off), static_cast<long long>(over_bound));
+  EXPECT_LE(worst, 1) << what;
+  EXPECT_EQ(off_more, 0) << what;
+  EXPECT_EQ(over_bound, 0) << what;
+}
+
+/// |t| as a new f32 CPU tensor.
+Tensor abs_f32(const Tensor& t) {
+  Tensor r = t.to(DType::F32);
+  for (int64_t i = 0; i < r.numel(); ++i) r.data_as<float>()[i] = std::fabs(r.data_as<float>()[i]);
+  return r;
 }
 
 TEST_F(CudaBackendTest, LinearBf16WithinOneUlpOfCpu) {
@@ -184,17 +220,40 @@ TEST_F(CudaBackendTest, LinearBf16WithinOneUlpOfCpu) {
     g.count = 3;
     Tensor x = random({t, in}, DType::BF16), w = random({3 * out, in}, DType::BF16, 0.02f);
     Tensor yc = Tensor::empty({t, out}, DType::BF16), yg = poisoned({t, out}, DType::BF16);
+    Tensor sc = Tensor::empty({t, out}, DType::F32);
     cpu_->linear({.x = x, .w = w, .y = yc, .groups = g});
+    cpu_->linear({.x = abs_f32(x), .w = abs_f32(w), .y = sc, .groups = g});
     gpu_->linear({.x = up(x), .w = up(w), .y = yg, .groups = g});
-    EXPECT_LE(bf16_ulp_report(down(yg), yc, "linear bf16 3 groups 640x3072x1536"), 1);
+    expect_linear_close(down(yg), yc, sc, in, "linear bf16 3 groups 640x3072x1536");
   }
   {  // fc2-like: I = 8192 in, into a column slice of a wider output
     const int64_t t = 256, in = 8192, out = 3072;
     Tensor x = random({t, in}, DType::BF16), w = random({out, in}, DType::BF16, 0.02f);
     Tensor yc = Tensor::empty({t, out}, DType::BF16), ywide = poisoned({t, out + 64}, DType::BF16);
+    Tensor sc = Tensor::empty({t, out}, DType::F32);
     cpu_->linear({.x = x, .w = w, .y = yc, .groups = Groups::single(t)});
+    cpu_->linear({.x = abs_f32(x), .w = abs_f32(w), .y = sc, .groups = Groups::single(t)});
     gpu_->linear({.x = up(x), .w = up(w), .y = ywide.slice_cols(64, 64 + out), .groups = Groups::single(t)});
-    EXPECT_LE(bf16_ulp_report(down(ywide.slice_cols(64, 64 + out)), yc, "linear bf16 256x8192x3072"), 1);
+    expect_linear_close(down(ywide.slice_cols(64, 64 + out)), yc, sc, in, "linear bf16 256x8192x3072");
+  }
+}
+
+TEST_F(CudaBackendTest, LinearIsDeterministicAndReportsRowInvariance) {
+  // Same call twice: same bytes (asserted). The same rows inside a call of
+  // another row count: spec §10.7 wants identical results, which cuBLASLt
+  // does not promise (its algorithm, tiling and split-K depend on the shape);
+  // measured and printed here for the next phase, not asserted.
+  const int64_t t = 4096, in = 3072, out = 3072;
+  Tensor x = up(random({t, in}, DType::BF16)), w = up(random({out, in}, DType::BF16, 0.02f));
+  Tensor y1 = gpu_->alloc({t, out}, DType::BF16), y2 = gpu_->alloc({t, out}, DType::BF16);
+  gpu_->linear({.x = x, .w = w, .y = y1, .groups = Groups::single(t)});
+  gpu_->linear({.x = x, .w = w, .y = y2, .groups = Groups::single(t)});
+  EXPECT_EQ(count_diff(down(y1), down(y2), "linear run to run"), 0);
+  for (int64_t rows : {1, 64, 333, 1024}) {
+    Tensor ys = gpu_->alloc({rows, out}, DType::BF16);
+    gpu_->linear({.x = x.slice_rows(0, rows), .w = w, .y = ys, .groups = Groups::single(rows)});
+    const std::string what = "linear rows [0, " + std::to_string(rows) + ") alone vs inside 4096 rows";
+    count_diff(down(ys), down(y1.slice_rows(0, rows)), what.c_str());
   }
 }
 
@@ -286,7 +345,9 @@ Tensor fill_bf16(const Shape& shape, float scale, uint32_t seed) {
 
 TEST_F(CudaBackendTest, BenchLinearAtDitShapes) {
   if (!std::getenv("MAGI2_CUDA_BENCH")) GTEST_SKIP() << "set MAGI2_CUDA_BENCH=1 to time";
-  constexpr double kPeak = 772.6e12;  // bf16 matmul 8192^3 on this H200 model (shared/perf-anchor.md)
+  // H200 SXM dense bf16 datasheet rate: the floor (shared/perf-anchor.md's
+  // 772.6 TFLOP/s torch 8192^3 measurement is not one: cuBLASLt beats it here).
+  constexpr double kPeak = 989.4e12;
   struct Case {
     const char* name;
     int64_t t, in, out;
@@ -298,7 +359,7 @@ TEST_F(CudaBackendTest, BenchLinearAtDitShapes) {
                         {"dense up_gate_proj (2I)", T, 3072, 16384},
                         {"dense down_proj", T, 8192, 3072},
                         {"text adapter (bf16 stand-in)", 512, 5120, 12288}};
-  std::printf("\n| shape [T x in] x [in x out] | ms (median of 20) | TFLOP/s | floor ms at 772.6 | floor / ms |\n");
+  std::printf("\n| shape [T x in] x [in x out] | ms (median of 20) | TFLOP/s | floor ms at 989.4 | floor / ms |\n");
   std::printf("|---|---:|---:|---:|---:|\n");
   for (const Case& c : cases) {
     Tensor x = up(fill_bf16({c.t, c.in}, 1.f, 1)), w = up(fill_bf16({c.out, c.in}, 0.02f, 2));
