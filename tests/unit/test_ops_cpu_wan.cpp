@@ -1,10 +1,11 @@
 // CPU ops of the Wan2.2 VAE encoder (channel L2 norm, AvgDown3D, fp32 spatial
 // attention, channel affine, fp32 add) against float64 references written
 // here from spec magi2-pipeline.md §6.3 / official vae2_2.py semantics; every
-// op is also checked bit-identical between 1 and 2 threads.
+// op is also checked bit-identical between 1 and 2 threads. Also Backend::copy.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "unit/ops_reference.h"
@@ -141,6 +142,24 @@ TEST(OpsCpuWan, ChannelAffineAndF32Add) {
   auto be = make_cpu_backend(1);
   Tensor bf = Tensor::zeros({R, C}, DType::BF16);
   EXPECT_TRUE(throws_with([&] { be->add({.a = x, .b = bf, .out = bf}); }, {"add", "all-f32"}));
+}
+
+// Backend::copy on the CPU (the op that moves tensors between devices on a GPU
+// backend): contiguous and row-strided views, bytes unchanged, mismatches refused.
+TEST(OpsCpuCopy, CopiesContiguousAndRowStridedViews) {
+  auto be = make_cpu_backend(1);
+  Tensor a = Tensor::from_f32({3, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  Tensor b = Tensor::zeros({3, 4}, DType::F32);
+  be->copy({.src = a, .dst = b});
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0);
+  Tensor c = Tensor::zeros({3, 2}, DType::F32);
+  be->copy({.src = a.slice_cols(1, 3), .dst = c});
+  EXPECT_EQ(at(c, 2, 0), 10.0);
+  EXPECT_EQ(at(c, 2, 1), 11.0);
+  be->copy({.src = c, .dst = b.slice_cols(2, 4)});
+  EXPECT_EQ(at(b, 1, 2), 6.0);
+  EXPECT_EQ(at(b, 1, 1), 6.0);
+  EXPECT_TRUE(throws_with([&] { be->copy({.src = a, .dst = c}); }, {"copy", "does not match"}));
 }
 
 }  // namespace
