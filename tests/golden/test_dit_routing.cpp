@@ -31,11 +31,11 @@ TEST_P(DitRouting, NaturalSelectionAgreesWhereMarginIsClear) {
     opt.forced_topk = forced;
     Tensor ours;
     opt.dump = [&](const std::string& name, const Tensor& t) {
-      if (name == "l" + std::to_string(l) + "_moe_topk_idx") ours = t.clone();
+      if (name == str_cat("l", l, "_moe_topk_idx")) ours = t.clone();
     };
     dit.forward(g.inputs(px), opt);
     ASSERT_TRUE(ours.defined());
-    const std::string ln = px + "l" + std::to_string(l);
+    const std::string ln = str_cat(px, "l", l);
     Tensor gold = g.io->tensor(ln + "_moe_topk_idx").to(DType::I32);
     Tensor margin = g.io->tensor(ln + "_moe_select_margin");
     const int64_t heads = gold.size(0), n = gold.size(1), k = gold.size(2);
