@@ -6,6 +6,7 @@
 #include "cuda/allocator.h"
 #include "cuda/cuda_common.h"
 #include "cuda/linear.h"
+#include "cuda/mhc_moe.h"
 
 namespace magi2 {
 namespace cuda {
@@ -100,6 +101,11 @@ class CudaBackend final : public Backend {
   void rms_norm(const RmsNormParams& p) override { cuda::rms_norm(p, stream_); }
   void linear(const LinearParams& p) override { linear_->run(p, stream_); }
   void swiglu7(const SwiGLU7Params& p) override { cuda::swiglu7(p, stream_); }
+  void mhc_logits(const MhcLogitsParams& p) override { cuda::mhc_logits(p, stream_); }
+  void mhc_pre(const MhcPreParams& p) override { cuda::mhc_pre(p, stream_); }
+  void mhc_post_res(const MhcPostResParams& p) override { cuda::mhc_post_res(p, stream_); }
+  void moe_route(const MoeRouteParams& p) override { cuda::moe_route(p, stream_); }
+  void moe_experts(const MoeExpertsParams& p) override { cuda::moe_experts(p, stream_); }
   void gate(const GateParams& p) override { cuda::gate(p, stream_); }
   void add(const AddParams& p) override { cuda::add(p, stream_); }
   void cast(const CastParams& p) override { cuda::cast(p, stream_); }
@@ -109,11 +115,6 @@ class CudaBackend final : public Backend {
   MAGI2_CUDA_TODO(rope, RopeParams)
   MAGI2_CUDA_TODO(attention, AttentionParams)
   MAGI2_CUDA_TODO(copy_cols, CopyColsParams)
-  MAGI2_CUDA_TODO(mhc_logits, MhcLogitsParams)
-  MAGI2_CUDA_TODO(mhc_pre, MhcPreParams)
-  MAGI2_CUDA_TODO(mhc_post_res, MhcPostResParams)
-  MAGI2_CUDA_TODO(moe_route, MoeRouteParams)
-  MAGI2_CUDA_TODO(moe_experts, MoeExpertsParams)
   MAGI2_CUDA_TODO(conv1d, Conv1dParams)
   MAGI2_CUDA_TODO(conv_transpose1d, ConvTranspose1dParams)
   MAGI2_CUDA_TODO(snake_beta, SnakeBetaParams)

@@ -1,0 +1,234 @@
+// mHC kernels of the CUDA backend (spec magi2-dit.md §9): logits, H_pre with
+// the branch input, and H_post / Sinkhorn H_res with the in-place state
+// update. Each does the CPU reference's fp32 operations (src/cpu/mhc.cpp) in
+// the same order, so outputs match it bit for bit: the RMSNorm and the 24
+// logit dot products use the 16-lane order of dot_f32 (one lane per partial
+// sum), the Sinkhorn iterations run serially per token with the CPU's sum
+// orders, and exp is evaluated in double and rounded (device_fp.cuh). The
+// alpha/bias scalars are read on the device, so no op waits for the host.
+#include <cstdint>
+
+#include "cuda/cuda_common.h"
+#include "cuda/device_fp.cuh"
+#include "cuda/mhc_moe.h"
+
+namespace magi2::cuda {
+
+namespace {
+
+using namespace dev;
+
+constexpr int kStreams = 4;
+constexpr int kLogits = 2 * kStreams + kStreams * kStreams;  // 24
+constexpr int kRowThreads = 256;
+
+// One block per token, 24 half-warps: half-warp c computes logit c, lane j the
+// partial sum over elements i = j (mod 16). The normalised element
+// (x * rs) * (w + 1) is recomputed per use (the same fp32 ops as the CPU's
+// in-place rms_normalize), so no row buffer is needed.
+__global__ void mhc_logits_kernel(const uint16_t* __restrict__ state, int64_t lds, const float* __restrict__ w,
+                                  const float* __restrict__ phi, float* __restrict__ logits, int64_t ldl, int64_t vw,
+                                  int4 cu, int groups, float eps) {
+  __shared__ float rs_shared;
+  const int64_t r = blockIdx.x;
+  const uint16_t* x = state + r * lds;
+  const int lane = threadIdx.x & 15, c = threadIdx.x >> 4;
+  if (c == 0) {
+    float acc = 0.f;
+    for (int64_t i = lane; i < vw; i += 16) {
+      const float v = bf16_to_f32(x[i]);
+      acc += v * v;
+    }
+    acc = half_warp_tree(acc);
+    if (lane == 0) {
+      const float ms = acc * (1.0f / static_cast<float>(vw));
+      rs_shared = 1.0f / sqrtf(ms + eps);
+    }
+  }
+  __syncthreads();
+  const float rs = rs_shared;
+  const float* wm = w + static_cast<int64_t>(group_of(cu, groups, r)) * vw;
+  float acc = 0.f;
+  for (int64_t i = lane; i < vw; i += 16) {
+    const float n = (bf16_to_f32(x[i]) * rs) * (wm[i] + 1.0f);
+    acc += n * phi[i * kLogits + c];
+  }
+  acc = half_warp_tree(acc);
+  if (lane == 0) logits[r * ldl + c] = acc;
+}
+
+// One block per token: threads 0..3 form H_pre, then all threads mix the streams.
+__global__ void mhc_pre_kernel(const uint16_t* __restrict__ state, int64_t lds, const float* __restrict__ logits,
+                               int64_t ldl, const float* __restrict__ alpha, const float* __restrict__ bias, float c,
+                               uint16_t* __restrict__ a, int64_t lda, float* __restrict__ h_pre, int64_t ldh,
+                               int64_t d) {
+  __shared__ float h[kStreams];
+  const int64_t r = blockIdx.x;
+  if (threadIdx.x < kStreams) {
+    const int i = threadIdx.x;
+    const float ac = alpha[0] * c;
+    h[i] = round_bf16(sigmoid_f32(ac * logits[r * ldl + i] + bias[i]));
+    if (h_pre != nullptr) h_pre[r * ldh + i] = h[i];
+  }
+  __syncthreads();
+  const uint16_t* s = state + r * lds;
+  for (int64_t col = threadIdx.x; col < d; col += blockDim.x) {
+    float acc = 0.f;
+    for (int i = 0; i < kStreams; ++i) acc += h[i] * bf16_to_f32(s[i * d + col]);
+    a[r * lda + col] = f32_to_bf16(acc);
+  }
+}
+
+// One block per token: thread 0 forms H_post and runs Sinkhorn on the 4x4
+// matrix (serial: 20 iterations of 32 divisions), then all threads update the
+// state columns in place (each thread owns a column across the 4 streams).
+__global__ void mhc_post_res_kernel(uint16_t* state, int64_t lds, const uint16_t* __restrict__ o, int64_t ldo,
+                                    const float* __restrict__ logits, int64_t ldl, const float* __restrict__ alpha_post,
+                                    const float* __restrict__ alpha_res, const float* __restrict__ b_post,
+                                    const float* __restrict__ b_res, float c, int iters, float sk_eps,
+                                    float* __restrict__ h_post, int64_t ldhp, float* __restrict__ h_res,
+                                    int64_t ldhr, int64_t d) {
+  __shared__ float hp[kStreams];
+  __shared__ float m[kStreams][kStreams];
+  const int64_t r = blockIdx.x;
+  if (threadIdx.x == 0) {
+    const float* l = logits + r * ldl;
+    const float ac_post = alpha_post[0] * c, ac_res = alpha_res[0] * c;
+    for (int i = 0; i < kStreams; ++i) hp[i] = round_bf16(2.0f * sigmoid_f32(ac_post * l[4 + i] + b_post[i]));
+    float mm[kStreams][kStreams];
+    float mx = -INFINITY;
+    bool nan = false;
+    for (int i = 0; i < kStreams; ++i)
+      for (int j = 0; j < kStreams; ++j) {
+        mm[i][j] = ac_res * l[8 + 4 * i + j] + b_res[4 * i + j];
+        nan = nan || isnan(mm[i][j]);
+        mx = (mx < mm[i][j]) ? mm[i][j] : mx;  // std::max's comparison
+      }
+    if (nan) mx = NAN;  // amax propagates NaN
+    for (int i = 0; i < kStreams; ++i)
+      for (int j = 0; j < kStreams; ++j) mm[i][j] = exp_f32(mm[i][j] - mx);
+    // Column normalisation first (sequential sums), then rows ((x0 + x2) + (x1 + x3)), spec §9.5.
+    for (int it = 0; it < iters; ++it) {
+      for (int j = 0; j < kStreams; ++j) {
+        const float sum = ((mm[0][j] + mm[1][j]) + mm[2][j]) + mm[3][j];
+        for (int i = 0; i < kStreams; ++i) mm[i][j] = mm[i][j] / (sum + sk_eps);
+      }
+      for (int i = 0; i < kStreams; ++i) {
+        const float sum = (mm[i][0] + mm[i][2]) + (mm[i][1] + mm[i][3]);
+        for (int j = 0; j < kStreams; ++j) mm[i][j] = mm[i][j] / (sum + sk_eps);
+      }
+    }
+    for (int i = 0; i < kStreams; ++i)
+      for (int j = 0; j < kStreams; ++j) {
+        m[i][j] = round_bf16(mm[i][j]);
+        if (h_res != nullptr) h_res[r * ldhr + 4 * i + j] = m[i][j];
+      }
+    if (h_post != nullptr)
+      for (int i = 0; i < kStreams; ++i) h_post[r * ldhp + i] = hp[i];
+  }
+  __syncthreads();
+  uint16_t* s = state + r * lds;
+  const uint16_t* orow = o + r * ldo;
+  for (int64_t col = threadIdx.x; col < d; col += blockDim.x) {
+    float old[kStreams];
+    for (int j = 0; j < kStreams; ++j) old[j] = bf16_to_f32(s[j * d + col]);
+    const float oc = bf16_to_f32(orow[col]);
+    // One fp32 accumulation of the 4-term mix plus the post term, one rounding (as the CPU).
+    for (int i = 0; i < kStreams; ++i) {
+      float acc = 0.f;
+      for (int j = 0; j < kStreams; ++j) acc += m[i][j] * old[j];
+      acc += hp[i] * oc;
+      s[i * d + col] = f32_to_bf16(acc);
+    }
+  }
+}
+
+// A device f32 tensor of n values (weights and scalars stay on the device).
+const float* dev_f32(const Tensor& t, int64_t n, const char* what) {
+  MAGI2_CHECK(t.defined() && t.device() == Device::CUDA && t.dtype() == DType::F32 && t.numel() == n &&
+                  t.is_contiguous(),
+              what, ": expected ", n, " contiguous f32 values on the device");
+  return static_cast<const float*>(t.data());
+}
+
+int4 cu_of(const Groups& g) {
+  return make_int4(static_cast<int>(g.cu[0]), static_cast<int>(g.cu[1]), static_cast<int>(g.cu[2]),
+                   static_cast<int>(g.cu[3]));
+}
+
+unsigned grid_of(int64_t rows, const char* what) {
+  MAGI2_CHECK(rows < (int64_t{1} << 31), what, ": too many rows for one launch (", rows, ")");
+  return static_cast<unsigned>(rows);
+}
+
+}  // namespace
+
+void mhc_logits(const MhcLogitsParams& p, cudaStream_t s) {
+  const int64_t t = p.state.size(0), vw = p.state.size(1);
+  check_2d(p.state, t, vw, "mhc_logits.state");
+  check_2d(p.logits, t, kLogits, "mhc_logits.logits");
+  check_groups(p.groups, t, "mhc_logits");
+  MAGI2_CHECK(p.state.dtype() == DType::BF16 && p.logits.dtype() == DType::F32, "mhc_logits: dtypes");
+  const float* w = dev_f32(p.norm_w, vw * p.groups.count, "mhc_norm.weight");
+  MAGI2_CHECK(p.phi.device() == Device::CUDA && p.phi.dtype() == DType::F32 && p.phi.shape() == Shape({vw, kLogits}) &&
+                  p.phi.is_contiguous(),
+              "mhc phi: expected contiguous [", vw, ", 24] f32 on the device, got ", shape_str(p.phi.shape()));
+  if (t == 0) return;
+  mhc_logits_kernel<<<grid_of(t, "mhc_logits"), 16 * kLogits, 0, s>>>(
+      static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), w, static_cast<const float*>(p.phi.data()),
+      static_cast<float*>(p.logits.data()), p.logits.row_stride(), vw, cu_of(p.groups), p.groups.count, p.eps);
+  MAGI2_CUDA_CHECK_LAUNCH("mhc_logits");
+}
+
+void mhc_pre(const MhcPreParams& p, cudaStream_t s) {
+  MAGI2_CHECK(p.w != nullptr, "mhc_pre: weights missing");
+  const int64_t t = p.state.size(0), vw = p.state.size(1), d = vw / kStreams;
+  MAGI2_CHECK(vw % kStreams == 0, "mhc_pre.state: ", vw, " columns are not 4 streams");
+  check_2d(p.state, t, vw, "mhc_pre.state");
+  check_2d(p.logits, t, kLogits, "mhc_pre.logits");
+  check_2d(p.a, t, d, "mhc_pre.a");
+  if (p.h_pre.defined()) check_2d(p.h_pre, t, kStreams, "mhc_pre.h_pre");
+  MAGI2_CHECK(p.state.dtype() == DType::BF16 && p.logits.dtype() == DType::F32 && p.a.dtype() == DType::BF16 &&
+                  (!p.h_pre.defined() || p.h_pre.dtype() == DType::F32),
+              "mhc_pre: expected bf16 state and a, f32 logits and h_pre");
+  const float* alpha = dev_f32(p.w->alpha_pre, 1, "mhc_alpha_pre");
+  const float* bias = dev_f32(p.w->bias_pre, kStreams, "mhc_bias_pre");
+  if (t == 0) return;
+  mhc_pre_kernel<<<grid_of(t, "mhc_pre"), kRowThreads, 0, s>>>(
+      static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const float*>(p.logits.data()),
+      p.logits.row_stride(), alpha, bias, p.c, static_cast<uint16_t*>(p.a.data()), p.a.row_stride(),
+      p.h_pre.defined() ? static_cast<float*>(p.h_pre.data()) : nullptr,
+      p.h_pre.defined() ? p.h_pre.row_stride() : 0, d);
+  MAGI2_CUDA_CHECK_LAUNCH("mhc_pre");
+}
+
+void mhc_post_res(const MhcPostResParams& p, cudaStream_t s) {
+  MAGI2_CHECK(p.w != nullptr, "mhc_post_res: weights missing");
+  const int64_t t = p.state.size(0), vw = p.state.size(1), d = vw / kStreams;
+  MAGI2_CHECK(vw % kStreams == 0, "mhc_post_res.state: ", vw, " columns are not 4 streams");
+  check_2d(p.state, t, vw, "mhc_post_res.state");
+  check_2d(p.o, t, d, "mhc_post_res.o");
+  check_2d(p.logits, t, kLogits, "mhc_post_res.logits");
+  if (p.h_post.defined()) check_2d(p.h_post, t, kStreams, "mhc_post_res.h_post");
+  if (p.h_res.defined()) check_2d(p.h_res, t, kStreams * kStreams, "mhc_post_res.h_res");
+  MAGI2_CHECK(p.state.dtype() == DType::BF16 && p.o.dtype() == DType::BF16 && p.logits.dtype() == DType::F32 &&
+                  (!p.h_post.defined() || p.h_post.dtype() == DType::F32) &&
+                  (!p.h_res.defined() || p.h_res.dtype() == DType::F32),
+              "mhc_post_res: expected bf16 state and o, f32 logits, h_post and h_res");
+  const float* alpha_post = dev_f32(p.w->alpha_post, 1, "mhc_alpha_post");
+  const float* alpha_res = dev_f32(p.w->alpha_res, 1, "mhc_alpha_res");
+  const float* b_post = dev_f32(p.w->bias_post, kStreams, "mhc_bias_post");
+  const float* b_res = dev_f32(p.w->bias_res, kStreams * kStreams, "mhc_bias_res");
+  if (t == 0) return;
+  mhc_post_res_kernel<<<grid_of(t, "mhc_post_res"), kRowThreads, 0, s>>>(
+      static_cast<uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const uint16_t*>(p.o.data()),
+      p.o.row_stride(), static_cast<const float*>(p.logits.data()), p.logits.row_stride(), alpha_post, alpha_res,
+      b_post, b_res, p.c, p.sinkhorn_iters, p.sinkhorn_eps,
+      p.h_post.defined() ? static_cast<float*>(p.h_post.data()) : nullptr,
+      p.h_post.defined() ? p.h_post.row_stride() : 0,
+      p.h_res.defined() ? static_cast<float*>(p.h_res.data()) : nullptr, p.h_res.defined() ? p.h_res.row_stride() : 0,
+      d);
+  MAGI2_CUDA_CHECK_LAUNCH("mhc_post_res");
+}
+
+}  // namespace magi2::cuda
