@@ -1,6 +1,6 @@
 // Device-side fp32/bf16 helpers shared by the mHC and MoE kernels: the same
-// conversions and transcendental evaluation as the phase-0 kernels of
-// elementwise.cu (RNE bf16 with NaN kept, exp in double rounded to fp32), and
+// bf16 conversions as the phase-0 kernels of elementwise.cu (RNE, NaN kept),
+// the CPU reference's exp (glibc expf's algorithm, bit for bit), and
 // the CPU reference's 16-lane dot product order (src/cpu/cpu_common.h
 // dot_f32). Include only from .cu files.
 #pragma once
@@ -21,8 +21,49 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
 
 __device__ __forceinline__ float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
-// Correctly rounded exp (what glibc's expf gives for all but a sliver of inputs).
-__device__ __forceinline__ float exp_f32(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
+// 2^(i/32) as doubles (correctly rounded), each less i << 47 so that adding
+// k << 47 for k = 32 q + i scales it by 2^q (the exponent field starts at bit 52).
+static __constant__ uint64_t kExp2Table[32] = {
+    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
+};
+
+/// exp(x) for fp32 with the bits of the CPU reference's std::exp(float), i.e.
+/// glibc's expf (2.28+, the FMA build x86-64 hosts select): x / ln2 = k/32 + r
+/// in double, 2^(k/32) from the table, a cubic in r with fused multiply-adds,
+/// one rounding to fp32. Checked equal to Debian 12's glibc 2.36 expf on all
+/// 2^32 inputs. Not correctly rounded: (float)exp((double)x) differs from it on
+/// ~6e-4 of random fp32 inputs, which showed as router-weight mismatches.
+__device__ __forceinline__ float exp_f32(float x) {
+  const uint32_t ux = __float_as_uint(x);
+  const uint32_t abstop = (ux >> 20) & 0x7ffu;
+  if (abstop >= 0x42bu) {  // |x| >= 88, inf or NaN
+    if (ux == 0xff800000u) return 0.f;
+    if (abstop >= 0x7f8u) return x + x;
+    if (x > 0x1.62e42ep6f) return __int_as_float(0x7f800000);
+    if (x < -0x1.9fe368p6f) return 0.f;
+  }
+  constexpr double kInvLn2N = 0x1.71547652b82fep+0 * 32, kShift = 0x1.8p+52;
+  constexpr double kC0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32, kC1 = 0x1.ebfce50fac4f3p-3 / 32 / 32,
+                   kC2 = 0x1.62e42ff0c52d6p-1 / 32;
+  const double xd = static_cast<double>(x);
+  double kd = __fma_rn(kInvLn2N, xd, kShift);  // k in the low bits of kd
+  const uint64_t ki = static_cast<uint64_t>(__double_as_longlong(kd));
+  kd = __dsub_rn(kd, kShift);
+  const double r = __fma_rn(kInvLn2N, xd, -kd);
+  const double s = __longlong_as_double(static_cast<long long>(kExp2Table[ki % 32] + (ki << 47)));
+  const double z = __fma_rn(kC0, r, kC1);
+  const double r2 = __dmul_rn(r, r);
+  double y = __fma_rn(kC2, r, 1.0);
+  y = __fma_rn(z, r2, y);
+  return static_cast<float>(__dmul_rn(y, s));
+}
 __device__ __forceinline__ float sigmoid_f32(float z) { return 1.0f / (1.0f + exp_f32(-z)); }
 
 /// dot_f32 of the CPU backend by one thread: 16 partial sums over i = j

@@ -164,6 +164,7 @@ unsigned grid_of(int64_t rows, const char* what) {
 }  // namespace
 
 void mhc_logits(const MhcLogitsParams& p, cudaStream_t s) {
+  MAGI2_CHECK(p.state.defined() && p.state.dim() == 2, "mhc_logits.state: expected a 2-D tensor");
   const int64_t t = p.state.size(0), vw = p.state.size(1);
   check_2d(p.state, t, vw, "mhc_logits.state");
   check_2d(p.logits, t, kLogits, "mhc_logits.logits");
@@ -182,6 +183,7 @@ void mhc_logits(const MhcLogitsParams& p, cudaStream_t s) {
 
 void mhc_pre(const MhcPreParams& p, cudaStream_t s) {
   MAGI2_CHECK(p.w != nullptr, "mhc_pre: weights missing");
+  MAGI2_CHECK(p.state.defined() && p.state.dim() == 2, "mhc_pre.state: expected a 2-D tensor");
   const int64_t t = p.state.size(0), vw = p.state.size(1), d = vw / kStreams;
   MAGI2_CHECK(vw % kStreams == 0, "mhc_pre.state: ", vw, " columns are not 4 streams");
   check_2d(p.state, t, vw, "mhc_pre.state");
@@ -204,6 +206,7 @@ void mhc_pre(const MhcPreParams& p, cudaStream_t s) {
 
 void mhc_post_res(const MhcPostResParams& p, cudaStream_t s) {
   MAGI2_CHECK(p.w != nullptr, "mhc_post_res: weights missing");
+  MAGI2_CHECK(p.state.defined() && p.state.dim() == 2, "mhc_post_res.state: expected a 2-D tensor");
   const int64_t t = p.state.size(0), vw = p.state.size(1), d = vw / kStreams;
   MAGI2_CHECK(vw % kStreams == 0, "mhc_post_res.state: ", vw, " columns are not 4 streams");
   check_2d(p.state, t, vw, "mhc_post_res.state");

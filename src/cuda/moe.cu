@@ -174,9 +174,10 @@ constexpr size_t kMaxShared = 48 * 1024;  // without opting in to larger dynamic
 }  // namespace
 
 void moe_route(const MoeRouteParams& p, cudaStream_t s) {
-  const int64_t t = p.r.size(0);
   const int mh = p.num_heads, ne = p.num_experts, k = p.top_k;
   MAGI2_CHECK(mh > 0 && ne > 0 && k > 0 && k <= ne, "moe_route: bad head/expert/top-k counts");
+  MAGI2_CHECK(p.r.defined() && p.r.dim() == 2, "moe_route.r: expected a 2-D tensor");
+  const int64_t t = p.r.size(0);
   const int64_t dh = p.r.size(1) / mh;
   check_2d(p.r, t, mh * dh, "moe_route.r");
   MAGI2_CHECK(p.r.dtype() == DType::BF16, "moe_route.r: expected bf16");
@@ -199,9 +200,10 @@ void moe_route(const MoeRouteParams& p, cudaStream_t s) {
 }
 
 void moe_experts(const MoeExpertsParams& p, cudaStream_t s) {
-  const int64_t t = p.r.size(0);
   const int mh = p.num_heads, ne = p.num_experts, k = p.top_k;
   MAGI2_CHECK(mh > 0 && ne > 0 && k > 0 && k <= kMaxTopK, "moe_experts: bad head/expert/top-k counts");
+  MAGI2_CHECK(p.r.defined() && p.r.dim() == 2, "moe_experts.r: expected a 2-D tensor");
+  const int64_t t = p.r.size(0);
   const int64_t dh = p.r.size(1) / mh;
   check_2d(p.r, t, mh * dh, "moe_experts.r");
   check_2d(p.out, t, mh * dh, "moe_experts.out");

@@ -15,9 +15,11 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/backend_cuda.h"
 #include "ops/ops.h"
@@ -254,6 +256,29 @@ TEST_F(CudaMhcMoeTest, MoeExpertsMatchCpuBitForBit) {
     for (int64_t i = 0; i < oc.numel(); ++i) finite += std::isfinite(bf16_bits_to_f32(oc.data_as<uint16_t>()[i]));
     EXPECT_EQ(finite, oc.numel());
   }
+}
+
+TEST_F(CudaMhcMoeTest, BadInputIsRefusedWithOneLine) {
+  auto throws_with = [](auto&& f, const char* what) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what()).find(what) != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(throws_with([&] { gpu_->moe_experts({}); }, "moe_experts: bad head/expert/top-k counts"));
+  EXPECT_TRUE(throws_with([&] { gpu_->moe_route({}); }, "moe_route: bad head/expert/top-k counts"));
+  EXPECT_TRUE(throws_with([&] { gpu_->mhc_pre({}); }, "mhc_pre: weights missing"));
+  // Host tensors are refused (the ops never read host memory).
+  Tensor state = uniform({4, 64}, DType::BF16, -1.f, 1.f), logits = Tensor::empty({4, 24}, DType::F32);
+  EXPECT_TRUE(throws_with(
+      [&] {
+        gpu_->mhc_logits({.state = state, .norm_w = up(uniform({64}, DType::F32, 0.f, 1.f)),
+                          .phi = up(uniform({64, 24}, DType::F32, 0.f, 1.f)), .logits = logits,
+                          .groups = Groups::single(4)});
+      },
+      "expected a CUDA tensor"));
 }
 
 }  // namespace
