@@ -165,7 +165,8 @@ void attention(const AttentionParams& p, IndexCache& idx, cudaStream_t s) {
     MAGI2_CHECK(x->defined() && x->device() == Device::CUDA && x->dim() == 3 && x->is_contiguous() &&
                     x->dtype() == DType::BF16 && x->shape() == p.q.shape() &&
                     reinterpret_cast<uintptr_t>(x->data()) % 4 == 0,
-                "attention: q, k, v, o must be contiguous, 4-byte aligned bf16 CUDA tensors of one shape [T, H, hd], got ",
+                "attention: q, k, v, o must be contiguous, 4-byte aligned bf16 CUDA tensors of one shape [T, H, hd], "
+                "got ",
                 shape_str(x->shape()));
   const int64_t t = p.q.size(0), h = p.q.size(1), hd = p.q.size(2);
   MAGI2_CHECK(cu.front() == 0 && cu.back() == t, "attention: cu_seqlens must span [0, ", t, "]");

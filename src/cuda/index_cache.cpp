@@ -31,7 +31,8 @@ const int32_t* IndexCache::get(const std::vector<int32_t>& v, cudaStream_t s) {
   // A pageable source is staged by the driver before the call returns, so the
   // entry's host vector may go away with the cache later without a wait.
   if (!v.empty())
-    MAGI2_CUDA_CHECK(cudaMemcpyAsync(e.dev.get(), e.host.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    MAGI2_CUDA_CHECK(
+        cudaMemcpyAsync(e.dev.get(), e.host.data(), v.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
   const int32_t* d = static_cast<const int32_t*>(e.dev.get());
   entries_.emplace(h, std::move(e));
   return d;

@@ -81,7 +81,8 @@ void rope_table(const RopeTableParams& p, cudaStream_t s) {
   const int64_t nb = p.bands.numel();
   check_2d(p.coords, t, 9, "rope_table.coords");
   check_2d(p.out, t, 6 * nb, "rope_table.out");
-  MAGI2_CHECK(p.bands.device() == Device::CUDA && p.bands.is_contiguous(), "rope_table.bands: expected a contiguous CUDA tensor");
+  MAGI2_CHECK(p.bands.device() == Device::CUDA && p.bands.is_contiguous(),
+              "rope_table.bands: expected a contiguous CUDA tensor");
   MAGI2_CHECK(p.coords.dtype() == DType::F32 && p.bands.dtype() == DType::F32 && p.out.dtype() == DType::F32,
               "rope_table: expected f32 coords, bands and output");
   if (t == 0 || nb == 0) return;

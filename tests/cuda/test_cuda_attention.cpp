@@ -118,7 +118,8 @@ TEST_F(CudaAttentionTest, GatherRowsAndCopyColsMatchCpu) {
   EXPECT_EQ(count_diff(down(fout), fref, "gather_rows f32"), 0);
   std::vector<int32_t> bad = idx;
   bad[7] = 700;
-  EXPECT_TRUE(test::throws_with([&] { gpu_->gather_rows({.src = d_src.slice_cols(64, 64 + 3072), .dst = out, .index = &bad}); },
+  Tensor d_slice = d_src.slice_cols(64, 64 + 3072);
+  EXPECT_TRUE(test::throws_with([&] { gpu_->gather_rows({.src = d_slice, .dst = out, .index = &bad}); },
                                 {"gather_rows", "index[7]", "700"}));
 
   // copy_cols: a [300, 128] block into columns [256, 384) of a wider buffer.
