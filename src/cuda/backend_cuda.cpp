@@ -4,6 +4,7 @@
 #include "cuda/backend_cuda.h"
 
 #include "cuda/allocator.h"
+#include "cuda/attn_ops.h"
 #include "cuda/cuda_common.h"
 #include "cuda/linear.h"
 #include "cuda/mhc_moe.h"
@@ -110,11 +111,6 @@ class CudaBackend final : public Backend {
   void add(const AddParams& p) override { cuda::add(p, stream_); }
   void cast(const CastParams& p) override { cuda::cast(p, stream_); }
 
-  MAGI2_CUDA_TODO(gather_rows, GatherRowsParams)
-  MAGI2_CUDA_TODO(rope_table, RopeTableParams)
-  MAGI2_CUDA_TODO(rope, RopeParams)
-  MAGI2_CUDA_TODO(attention, AttentionParams)
-  MAGI2_CUDA_TODO(copy_cols, CopyColsParams)
   MAGI2_CUDA_TODO(conv1d, Conv1dParams)
   MAGI2_CUDA_TODO(conv_transpose1d, ConvTranspose1dParams)
   MAGI2_CUDA_TODO(snake_beta, SnakeBetaParams)
@@ -137,12 +133,25 @@ class CudaBackend final : public Backend {
   MAGI2_CUDA_TODO(sigmoid_mul, SigmoidMulParams)
   MAGI2_CUDA_TODO(silu_mul, SiluMulParams)
 
+  // Attention path (attn_ops.h): row gathers, RoPE, attention with sinks.
+  void gather_rows(const GatherRowsParams& p) override { cuda::gather_rows(p, index_cache(), stream_); }
+  void copy_cols(const CopyColsParams& p) override { cuda::copy_cols(p, stream_); }
+  void rope_table(const RopeTableParams& p) override { cuda::rope_table(p, stream_); }
+  void rope(const RopeParams& p) override { cuda::rope(p, index_cache(), stream_); }
+  void attention(const AttentionParams& p) override { cuda::attention(p, index_cache(), stream_); }
+
  private:
   int device_;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<DeviceCache> cache_;
   std::shared_ptr<void> workspace_;
   std::unique_ptr<LinearRunner> linear_;
+  // Device copies of host index vectors (gather_rows, rope, attention), made on first use.
+  IndexCache& index_cache() {
+    if (!index_) index_ = std::make_unique<IndexCache>(cache_);
+    return *index_;
+  }
+  std::unique_ptr<IndexCache> index_;
 };
 
 CudaBackend& as_cuda(Backend& b) {

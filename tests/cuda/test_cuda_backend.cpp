@@ -297,7 +297,6 @@ TEST_F(CudaBackendTest, OpsReplayFromACudaGraph) {
 }
 
 TEST_F(CudaBackendTest, UnimplementedOpsSayWhich) {
-  EXPECT_TRUE(test::throws_with([&] { gpu_->attention({}); }, {"CUDA backend", "attention", "not implemented"}));
   EXPECT_TRUE(test::throws_with([&] { gpu_->conv3d({}); }, {"CUDA backend", "conv3d", "not implemented"}));
   Tensor h = random({4, 8}, DType::BF16);
   EXPECT_TRUE(test::throws_with([&] { gpu_->add({.a = h, .b = h, .out = h}); }, {"add.a", "CUDA tensor"}));
