@@ -21,67 +21,19 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "cuda/backend_cuda.h"
+#include "cuda_fixture.h"
 #include "ops/ops.h"
 #include "util/testing.h"
 
 namespace magi2 {
 namespace {
 
-class CudaBackendTest : public ::testing::Test {
+using test::count_diff;
+
+class CudaBackendTest : public test::CudaParityTest {
  protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU present";
-    gpu_ = make_cuda_backend(0);
-    cpu_ = make_cpu_backend();
-  }
-
-  /// Random CPU tensor: N(0, sigma) rounded to the dtype (fresh draws per call).
-  Tensor random(const Shape& shape, DType dt, float sigma = 1.f) {
-    Tensor t = Tensor::empty(shape, dt);
-    std::normal_distribution<float> nd(0.f, sigma);
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      const float v = nd(rng_);
-      if (dt == DType::F32)
-        t.data_as<float>()[i] = v;
-      else
-        t.data_as<uint16_t>()[i] = f32_to_bf16_bits(v);
-    }
-    return t;
-  }
-  Tensor up(const Tensor& h) {
-    Tensor d = gpu_->alloc(h.shape(), h.dtype());
-    gpu_->copy({.src = h, .dst = d});
-    return d;
-  }
-  /// Device tensor (contiguous or a 2-D view) -> new contiguous CPU tensor.
-  Tensor down(const Tensor& d) {
-    Tensor h = Tensor::empty(d.shape(), d.dtype());
-    gpu_->copy({.src = d, .dst = h});
-    return h;
-  }
-  /// Device tensor filled with poison (NaN bits) so unwritten outputs show.
-  Tensor poisoned(const Shape& shape, DType dt) {
-    Tensor h = Tensor::empty(shape, dt);
-    std::memset(h.data(), 0xff, h.nbytes());
-    return up(h);
-  }
-
-  std::unique_ptr<Backend> gpu_, cpu_;
-  std::mt19937 rng_{1234};
+  CudaBackendTest() : CudaParityTest(1234) {}
 };
-
-/// Prints and returns the number of elements whose bytes differ.
-int64_t count_diff(const Tensor& a, const Tensor& b, const char* what) {
-  EXPECT_EQ(a.nbytes(), b.nbytes());
-  const size_t e = dtype_size(a.dtype());
-  int64_t n = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    if (std::memcmp(static_cast<const char*>(a.data()) + i * e, static_cast<const char*>(b.data()) + i * e, e) != 0)
-      ++n;
-  std::printf("%s: %lld of %lld elements differ\n", what, static_cast<long long>(n),
-              static_cast<long long>(a.numel()));
-  return n;
-}
 
 /// bf16 values as a monotone integer line (so |a - b| counts ulps).
 int32_t bf16_ordinal(uint16_t h) { return (h & 0x8000) ? -static_cast<int32_t>(h & 0x7fff) : static_cast<int32_t>(h); }

@@ -22,19 +22,17 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/backend_cuda.h"
+#include "cuda_fixture.h"
 #include "ops/ops.h"
 
 namespace magi2 {
 namespace {
 
-class CudaMhcMoeTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU present";
-    gpu_ = make_cuda_backend(0);
-    cpu_ = make_cpu_backend();
-  }
+using test::count_diff;
 
+class CudaMhcMoeTest : public test::CudaParityTest {
+ protected:
+  CudaMhcMoeTest() : CudaParityTest(1234) {}
   /// CPU tensor of uniform values in [lo, hi) rounded to the dtype (splitmix64:
   /// fast enough for the 100 M-element expert banks).
   Tensor uniform(const Shape& shape, DType dt, float lo, float hi) {
@@ -52,39 +50,8 @@ class CudaMhcMoeTest : public ::testing::Test {
     }
     return t;
   }
-  Tensor up(const Tensor& h) {
-    Tensor d = gpu_->alloc(h.shape(), h.dtype());
-    gpu_->copy({.src = h, .dst = d});
-    return d;
-  }
-  Tensor down(const Tensor& d) {
-    Tensor h = Tensor::empty(d.shape(), d.dtype());
-    gpu_->copy({.src = d, .dst = h});
-    return h;
-  }
-  /// Device tensor filled with poison (NaN bits) so unwritten outputs show.
-  Tensor poisoned(const Shape& shape, DType dt) {
-    Tensor h = Tensor::empty(shape, dt);
-    std::memset(h.data(), 0xff, h.nbytes());
-    return up(h);
-  }
-
-  std::unique_ptr<Backend> gpu_, cpu_;
   uint64_t state_ = 12345;
 };
-
-/// Prints and returns the number of elements whose bytes differ.
-int64_t count_diff(const Tensor& a, const Tensor& b, const char* what) {
-  EXPECT_EQ(a.nbytes(), b.nbytes());
-  const size_t e = dtype_size(a.dtype());
-  int64_t n = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    if (std::memcmp(static_cast<const char*>(a.data()) + i * e, static_cast<const char*>(b.data()) + i * e, e) != 0)
-      ++n;
-  std::printf("%s: %lld of %lld elements differ\n", what, static_cast<long long>(n),
-              static_cast<long long>(a.numel()));
-  return n;
-}
 
 // ---- mHC -----------------------------------------------------------------------
 

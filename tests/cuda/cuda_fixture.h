@@ -1,0 +1,81 @@
+// Shared fixture of the CUDA backend tests: a CUDA and a CPU backend side by
+// side, random inputs, host <-> device copies, poisoned outputs, and the
+// byte-difference count the parity tests report. Skips without a GPU.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "cuda/backend_cuda.h"
+#include "ops/ops.h"
+
+namespace magi2::test {
+
+/// gpu_ = make_cuda_backend(0), cpu_ = make_cpu_backend(); GTEST_SKIP when no GPU.
+class CudaParityTest : public ::testing::Test {
+ protected:
+  explicit CudaParityTest(uint32_t seed = 1234) : rng_(seed) {}
+
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU present";
+    gpu_ = make_cuda_backend(0);
+    cpu_ = make_cpu_backend();
+  }
+
+  /// Random CPU tensor: N(0, sigma) rounded to the dtype (F32 or BF16; fresh draws per call).
+  Tensor random(const Shape& shape, DType dt, float sigma = 1.f) {
+    Tensor t = Tensor::empty(shape, dt);
+    std::normal_distribution<float> nd(0.f, sigma);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const float v = nd(rng_);
+      if (dt == DType::F32)
+        t.data_as<float>()[i] = v;
+      else
+        t.data_as<uint16_t>()[i] = f32_to_bf16_bits(v);
+    }
+    return t;
+  }
+  /// CPU tensor -> new device tensor.
+  Tensor up(const Tensor& h) {
+    Tensor d = gpu_->alloc(h.shape(), h.dtype());
+    gpu_->copy({.src = h, .dst = d});
+    return d;
+  }
+  /// Device tensor (contiguous or a 2-D view) -> new contiguous CPU tensor.
+  Tensor down(const Tensor& d) {
+    Tensor h = Tensor::empty(d.shape(), d.dtype());
+    gpu_->copy({.src = d, .dst = h});
+    return h;
+  }
+  /// Device tensor filled with poison (NaN bits) so unwritten outputs show.
+  Tensor poisoned(const Shape& shape, DType dt) {
+    Tensor h = Tensor::empty(shape, dt);
+    std::memset(h.data(), 0xff, h.nbytes());
+    return up(h);
+  }
+
+  std::unique_ptr<Backend> gpu_, cpu_;
+  std::mt19937 rng_;
+};
+
+/// Prints and returns the number of elements whose bytes differ.
+inline int64_t count_diff(const Tensor& a, const Tensor& b, const char* what) {
+  EXPECT_EQ(a.nbytes(), b.nbytes());
+  const size_t e = dtype_size(a.dtype());
+  int64_t n = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (std::memcmp(static_cast<const char*>(a.data()) + i * e, static_cast<const char*>(b.data()) + i * e, e) != 0)
+      ++n;
+  std::printf("%s: %lld of %lld elements differ\n", what, static_cast<long long>(n),
+              static_cast<long long>(a.numel()));
+  return n;
+}
+
+}  // namespace magi2::test
