@@ -3,11 +3,13 @@
 // byte-difference count the parity tests report. Skips without a GPU.
 #pragma once
 
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 
@@ -59,6 +61,24 @@ class CudaParityTest : public ::testing::Test {
     Tensor h = Tensor::empty(shape, dt);
     std::memset(h.data(), 0xff, h.nbytes());
     return up(h);
+  }
+
+  /// Captures `step` (ops on gpu_) into a CUDA graph, zeroes `out`, replays the
+  /// graph once and returns `out` on the host (compare with the eager result).
+  Tensor replay_as_graph(const std::function<void()>& step, const Tensor& out) {
+    auto s = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    step();
+    EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    gpu_->zero(out);
+    EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    Tensor h = down(out);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return h;
   }
 
   std::unique_ptr<Backend> gpu_, cpu_;

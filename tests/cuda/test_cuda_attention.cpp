@@ -215,18 +215,7 @@ TEST_F(CudaAttentionTest, RopeAndAttentionReplayFromACudaGraph) {
   };
   step();
   Tensor eager = down(o);
-  auto s = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  step();
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  gpu_->zero(o);
-  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-  EXPECT_EQ(count_diff(down(o), eager, "graph replay"), 0);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  EXPECT_EQ(count_diff(replay_as_graph(step, o), eager, "graph replay"), 0);
 }
 
 TEST_F(CudaAttentionTest, BenchAttentionAt272p) {

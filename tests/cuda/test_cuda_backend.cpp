@@ -234,18 +234,7 @@ TEST_F(CudaBackendTest, OpsReplayFromACudaGraph) {
   };
   step();  // eager, picks and caches the GEMM algorithm
   Tensor eager = down(y);
-  auto s = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  step();
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  gpu_->zero(y);
-  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-  EXPECT_EQ(count_diff(down(y), eager, "graph replay"), 0);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  EXPECT_EQ(count_diff(replay_as_graph(step, y), eager, "graph replay"), 0);
 }
 
 TEST_F(CudaBackendTest, UnimplementedOpsSayWhich) {
