@@ -6,22 +6,16 @@
 
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
+#include "ops/op_checks.h"
 
 namespace magi2 {
 namespace cpu {
 
 void check_2d(const Tensor& t, int64_t rows, int64_t cols, const char* what) {
-  MAGI2_CHECK(t.defined(), what, ": tensor is missing");
-  MAGI2_CHECK(t.device() == Device::CPU, what, ": expected a CPU tensor");
-  MAGI2_CHECK(t.dim() == 2 && t.shape()[0] == rows && t.shape()[1] == cols && t.strides()[1] == 1, what,
-              ": expected [", rows, ", ", cols, "] with unit column stride, got ", shape_str(t.shape()));
+  check_2d_on(Device::CPU, t, rows, cols, what);
 }
 
-void check_groups(const Groups& g, int64_t rows, const char* what) {
-  MAGI2_CHECK(g.count >= 1 && g.count <= 3 && g.cu[0] == 0 && g.cu[g.count] == rows, what,
-              ": row groups do not cover ", rows, " rows");
-  for (int m = 0; m < g.count; ++m) MAGI2_CHECK(g.cu[m] <= g.cu[m + 1], what, ": row groups not ordered");
-}
+void check_groups(const Groups& g, int64_t rows, const char* what) { check_row_groups(g, rows, what); }
 
 namespace {
 

@@ -1,0 +1,19 @@
+// Argument checks shared by every backend's ops: one wording of the shape and
+// row-group errors, whatever the device. Light header (usable from .cu files).
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+#include "ops/ops.h"
+
+namespace magi2 {
+
+/// Checks that `t` is a 2-D tensor [rows, cols] on `device` with unit column
+/// stride (row-strided views allowed). Error names `what`.
+void check_2d_on(Device device, const Tensor& t, int64_t rows, int64_t cols, const char* what);
+
+/// Checks that the row groups cover `rows` rows in order (1 to 3 groups). Error names `what`.
+void check_row_groups(const Groups& g, int64_t rows, const char* what);
+
+}  // namespace magi2
