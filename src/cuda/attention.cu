@@ -20,7 +20,7 @@
 
 #include "cuda/attn_ops.h"
 #include "cuda/cuda_common.h"
-#include "cuda/device_bf16.cuh"
+#include "cuda/device_fp.cuh"
 
 namespace magi2::cuda {
 
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads)
     const float hi = fmaxf(lse, sink), lo = fminf(lse, sink);
     const float factor = expf(lse - (hi + log1pf(expf(lo - hi))));
     uint16_t* orow = o + base + static_cast<int64_t>(r) * rs;
-    for (int c = 0; c < kDims; ++c) orow[tx + 16 * c] = f32_to_bf16_bits(round_to_bf16(acc[i][c] / l[i]) * factor);
+    for (int c = 0; c < kDims; ++c) orow[tx + 16 * c] = dev::f32_to_bf16(dev::round_bf16(acc[i][c] / l[i]) * factor);
   }
 }
 

@@ -1,5 +1,5 @@
-// Device-side fp32/bf16 helpers shared by the mHC and MoE kernels: the same
-// bf16 conversions as the phase-0 kernels of elementwise.cu (RNE, NaN kept),
+// Device-side fp32/bf16 helpers shared by every CUDA kernel: the same
+// bf16 conversions of core/dtype.h (RNE, NaN kept),
 // the CPU reference's exp (glibc expf's algorithm, bit for bit), and
 // the CPU reference's 16-lane dot product order (src/cpu/cpu_common.h
 // dot_f32). Include only from .cu files.

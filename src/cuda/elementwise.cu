@@ -3,11 +3,11 @@
 // add, cast, and the f32 bias epilogue. Each matches the CPU reference
 // (src/cpu/) bit for bit: the same fp32 operations in the same order, no FMA
 // contraction (built with --fmad=false), IEEE division and square root, and
-// the exponential evaluated in double and rounded to fp32 (the correctly
-// rounded value, which glibc's expf returns for all but a sliver of inputs).
+// the exponential with glibc expf's bits (device_fp.cuh exp_f32).
 #include <cstdint>
 
 #include "cuda/cuda_common.h"
+#include "cuda/device_fp.cuh"
 
 namespace magi2::cuda {
 
@@ -15,25 +15,17 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
-
-// Same bits as core/dtype.h f32_to_bf16_bits: RNE, NaN kept quiet with its sign.
-__device__ __forceinline__ uint16_t f32_to_bf16(float f) {
-  uint32_t u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-__device__ __forceinline__ float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+using dev::bf16_to_f32;
+using dev::exp_f32;
+using dev::f32_to_bf16;
+using dev::round_bf16;
+using dev::sigmoid_f32;
 
 __device__ __forceinline__ float load_f32(const float* p) { return *p; }
 __device__ __forceinline__ float load_f32(const uint16_t* p) { return bf16_to_f32(*p); }
 __device__ __forceinline__ void store_f32(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_f32(uint16_t* p, float v) { *p = f32_to_bf16(v); }
 
-__device__ __forceinline__ float exp_f32(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
-__device__ __forceinline__ float sigmoid_f32(float z) { return 1.0f / (1.0f + exp_f32(-z)); }
 
 // One 16-lane group per d-vector. Lane j keeps the partial sum of elements
 // j, j+16, j+32, ... in increasing order and the 16 sums meet in the halving

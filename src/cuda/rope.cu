@@ -9,7 +9,7 @@
 
 #include "cuda/attn_ops.h"
 #include "cuda/cuda_common.h"
-#include "cuda/device_bf16.cuh"
+#include "cuda/device_fp.cuh"
 
 namespace magi2::cuda {
 
@@ -69,7 +69,7 @@ __global__ void rope_kernel(const float* __restrict__ x, const float* __restrict
     } else {
       y = xr[i];
     }
-    out[e] = f32_to_bf16_bits(y);
+    out[e] = dev::f32_to_bf16(y);
   }
 }
 
