@@ -73,6 +73,14 @@ Tensor Tensor::from_f32(const Shape& shape, const std::vector<float>& values) {
   return t;
 }
 
+Tensor Tensor::from_i32(const Shape& shape, const std::vector<int32_t>& values) {
+  MAGI2_CHECK(shape_numel(shape) == static_cast<int64_t>(values.size()),
+              "from_i32: ", values.size(), " values for shape ", shape_str(shape));
+  Tensor t = empty(shape, DType::I32);
+  if (!values.empty()) std::memcpy(t.data_, values.data(), values.size() * 4);
+  return t;
+}
+
 int64_t Tensor::size(int64_t d) const {
   if (d < 0) d += dim();
   MAGI2_CHECK(d >= 0 && d < dim(), "dimension ", d, " out of range for shape ", shape_str(shape_));

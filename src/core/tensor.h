@@ -37,6 +37,8 @@ class Tensor {
                         std::shared_ptr<void> owner, Device device = Device::CPU);
   /// New CPU fp32 tensor with the given values (tests, small tables).
   static Tensor from_f32(const Shape& shape, const std::vector<float>& values);
+  /// New CPU i32 tensor with the given values (index vectors, small tables).
+  static Tensor from_i32(const Shape& shape, const std::vector<int32_t>& values);
 
   bool defined() const { return data_ != nullptr; }
   DType dtype() const { return dtype_; }

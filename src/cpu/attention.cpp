@@ -109,8 +109,9 @@ void pv_tile(const float* p, int64_t ldp, const float* v, int64_t len, int64_t h
 }  // namespace
 
 void attention(const AttentionParams& p) {
-  MAGI2_CHECK(p.cu_seqlens != nullptr && p.cu_seqlens->size() >= 2, "attention: cu_seqlens is missing");
-  const auto& cu = *p.cu_seqlens;
+  MAGI2_CHECK(p.cu_seqlens.defined() && p.cu_seqlens.numel() >= 2, "attention: cu_seqlens is missing");
+  const int32_t* cu_data = check_index_on(Device::CPU, p.cu_seqlens, p.cu_seqlens.numel(), "attention.cu_seqlens");
+  const std::vector<int32_t> cu(cu_data, cu_data + p.cu_seqlens.numel());
   for (const Tensor* x : {&p.q, &p.k, &p.v, &p.o})
     MAGI2_CHECK(x->dim() == 3 && x->is_contiguous() && x->dtype() == DType::BF16 && x->shape() == p.q.shape(),
                 "attention: q, k, v, o must be contiguous bf16 of one shape [T, H, hd], got ",

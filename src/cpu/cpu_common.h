@@ -7,6 +7,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "ops/op_checks.h"
 #include "ops/ops.h"
 
 // Hot loops are compiled for AVX-512, AVX2 and baseline x86-64 and picked at

@@ -30,10 +30,9 @@ void swiglu7(const SwiGLU7Params& p) {
 }
 
 void gather_rows(const GatherRowsParams& p) {
-  MAGI2_CHECK(p.index != nullptr, "gather_rows: index is missing");
+  MAGI2_CHECK(p.dst.defined() && p.dst.dim() == 2, "gather_rows.dst: expected a 2-D tensor");
   const int64_t rows = p.dst.size(0), cols = p.dst.size(1);
-  MAGI2_CHECK(static_cast<int64_t>(p.index->size()) == rows, "gather_rows: index has ", p.index->size(),
-              " entries for ", rows, " rows");
+  const int32_t* index = check_index_on(Device::CPU, p.index, rows, "gather_rows.index");
   check_2d(p.src, p.src.size(0), cols, "gather_rows.src");
   check_2d(p.dst, rows, cols, "gather_rows.dst");
   MAGI2_CHECK(p.src.dtype() == p.dst.dtype(), "gather_rows: dtype mismatch");
@@ -41,10 +40,10 @@ void gather_rows(const GatherRowsParams& p) {
   const int64_t src_rows = p.src.size(0);
   // Checked before the parallel loop: an exception must not escape an OpenMP region.
   for (int64_t r = 0; r < rows; ++r)
-    MAGI2_CHECK((*p.index)[r] >= 0 && (*p.index)[r] < src_rows, "gather_rows: index[", r, "] = ", (*p.index)[r],
+    MAGI2_CHECK(index[r] >= 0 && index[r] < src_rows, "gather_rows: index[", r, "] = ", index[r],
                 " is outside the ", src_rows, " source rows");
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) std::memcpy(row_ptr(p.dst, r), row_ptr(p.src, (*p.index)[r]), bytes);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(row_ptr(p.dst, r), row_ptr(p.src, index[r]), bytes);
 }
 
 void gate(const GateParams& p) {

@@ -54,15 +54,14 @@ void rope(const RopeParams& p) {
   check_2d(p.table, t, 2 * half, "rope.table");
   MAGI2_CHECK(p.table.dtype() == DType::F32, "rope.table: expected f32");
   MAGI2_CHECK(2 * half <= hd, "rope: rotary dim ", 2 * half, " exceeds head dim ", hd);
-  if (p.src_rows) {
-    MAGI2_CHECK(static_cast<int64_t>(p.src_rows->size()) == t, "rope: src_rows size mismatch");
+  const int32_t* src_rows = p.src_rows.defined() ? check_index_on(Device::CPU, p.src_rows, t, "rope.src_rows") : nullptr;
+  if (src_rows)
     for (int64_t n = 0; n < t; ++n)
-      MAGI2_CHECK((*p.src_rows)[n] >= 0 && (*p.src_rows)[n] < t, "rope: src_rows[", n, "] = ", (*p.src_rows)[n],
+      MAGI2_CHECK(src_rows[n] >= 0 && src_rows[n] < t, "rope: src_rows[", n, "] = ", src_rows[n],
                   " is outside the ", t, " rows of x");
-  }
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < t; ++n) {
-    const int64_t s = p.src_rows ? (*p.src_rows)[n] : n;
+    const int64_t s = src_rows ? src_rows[n] : n;
     const float* tab = reinterpret_cast<const float*>(row_ptr(p.table, n));
     const float* sn = tab;         // sin block
     const float* cs = tab + half;  // cos block

@@ -158,9 +158,9 @@ void launch(const AttentionParams& p, const int32_t* d_cu, int64_t nseq, int64_t
 
 }  // namespace
 
-void attention(const AttentionParams& p, IndexCache& idx, cudaStream_t s) {
-  MAGI2_CHECK(p.cu_seqlens != nullptr && p.cu_seqlens->size() >= 2, "attention: cu_seqlens is missing");
-  const auto& cu = *p.cu_seqlens;
+void attention(const AttentionParams& p, cudaStream_t s) {
+  MAGI2_CHECK(p.cu_seqlens.defined() && p.cu_seqlens.numel() >= 2, "attention: cu_seqlens is missing");
+  const int32_t* d_cu = check_index_on(Device::CUDA, p.cu_seqlens, p.cu_seqlens.numel(), "attention.cu_seqlens");
   for (const Tensor* x : {&p.q, &p.k, &p.v, &p.o})
     MAGI2_CHECK(x->defined() && x->device() == Device::CUDA && x->dim() == 3 && x->is_contiguous() &&
                     x->dtype() == DType::BF16 && x->shape() == p.q.shape() &&
@@ -169,20 +169,15 @@ void attention(const AttentionParams& p, IndexCache& idx, cudaStream_t s) {
                 "got ",
                 shape_str(x->shape()));
   const int64_t t = p.q.size(0), h = p.q.size(1), hd = p.q.size(2);
-  MAGI2_CHECK(cu.front() == 0 && cu.back() == t, "attention: cu_seqlens must span [0, ", t, "]");
-  int64_t max_len = 0;
-  for (size_t i = 1; i < cu.size(); ++i) {
-    MAGI2_CHECK(cu[i] >= cu[i - 1], "attention: cu_seqlens not sorted");
-    max_len = std::max<int64_t>(max_len, cu[i] - cu[i - 1]);
-  }
+  MAGI2_CHECK(p.max_seqlen >= 0 && p.max_seqlen <= t, "attention: max_seqlen ", p.max_seqlen, " outside [0, ", t, "]");
+  const int64_t max_len = p.max_seqlen > 0 ? p.max_seqlen : t;
   MAGI2_CHECK(p.sinks.defined() && p.sinks.device() == Device::CUDA && p.sinks.dtype() == DType::F32 &&
                   p.sinks.numel() >= p.head_begin + h && p.head_begin >= 0,
               "attention.sinks: expected at least ", p.head_begin + h, " f32 values on the GPU");
   MAGI2_CHECK(hd == 64 || hd == 128, "CUDA backend: attention is implemented for head dim 64 and 128, got ", hd);
-  const int64_t nseq = static_cast<int64_t>(cu.size()) - 1;
+  const int64_t nseq = p.cu_seqlens.numel() - 1;
   MAGI2_CHECK(nseq <= 65535 && h <= 65535, "attention: more than 65535 samples or heads");
   if (t == 0 || h == 0 || max_len == 0) return;
-  const int32_t* d_cu = idx.get(cu, s);
   if (hd == 64)
     launch<64>(p, d_cu, nseq, max_len, s);
   else

@@ -5,13 +5,13 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda/index_cache.h"
 #include "ops/ops.h"
 
 namespace magi2::cuda {
 
-/// GatherRowsParams on device tensors; the index is uploaded once through `idx`.
-void gather_rows(const GatherRowsParams& p, IndexCache& idx, cudaStream_t s);  // rows.cu
+/// GatherRowsParams on device tensors (index on the device; a row whose index is
+/// outside the source is written as zeros, no host check).
+void gather_rows(const GatherRowsParams& p, cudaStream_t s);  // rows.cu
 /// CopyColsParams on device tensors (one 2-D async copy).
 void copy_cols(const CopyColsParams& p, cudaStream_t s);  // rows.cu
 /// RopeTableParams: sin/cos evaluated in double and rounded to fp32 (the
@@ -19,9 +19,10 @@ void copy_cols(const CopyColsParams& p, cudaStream_t s);  // rows.cu
 /// The CPU's non-finite-scale error is not raised here (it would need a host
 /// wait): such a row gets scale 0, as the CPU computes before throwing.
 void rope_table(const RopeTableParams& p, cudaStream_t s);  // rope.cu
-/// RopeParams (src_rows uploaded once through `idx`), bit-identical to the CPU.
-void rope(const RopeParams& p, IndexCache& idx, cudaStream_t s);  // rope.cu
+/// RopeParams (src_rows on the device; an out-of-range source row reads its own
+/// row, no host check), bit-identical to the CPU on valid input.
+void rope(const RopeParams& p, cudaStream_t s);  // rope.cu
 /// AttentionParams: flash-attention-style fp32 online softmax (attention.cu).
-void attention(const AttentionParams& p, IndexCache& idx, cudaStream_t s);
+void attention(const AttentionParams& p, cudaStream_t s);
 
 }  // namespace magi2::cuda

@@ -128,11 +128,11 @@ class CudaBackend final : public Backend {
   MAGI2_CUDA_TODO(silu_mul, SiluMulParams)
 
   // Attention path (attn_ops.h): row gathers, RoPE, attention with sinks.
-  void gather_rows(const GatherRowsParams& p) override { cuda::gather_rows(p, index_cache(), stream_); }
+  void gather_rows(const GatherRowsParams& p) override { cuda::gather_rows(p, stream_); }
   void copy_cols(const CopyColsParams& p) override { cuda::copy_cols(p, stream_); }
   void rope_table(const RopeTableParams& p) override { cuda::rope_table(p, stream_); }
-  void rope(const RopeParams& p) override { cuda::rope(p, index_cache(), stream_); }
-  void attention(const AttentionParams& p) override { cuda::attention(p, index_cache(), stream_); }
+  void rope(const RopeParams& p) override { cuda::rope(p, stream_); }
+  void attention(const AttentionParams& p) override { cuda::attention(p, stream_); }
 
  private:
   int device_;
@@ -140,12 +140,6 @@ class CudaBackend final : public Backend {
   std::shared_ptr<DeviceCache> cache_;
   std::shared_ptr<void> workspace_;
   std::unique_ptr<LinearRunner> linear_;
-  // Device copies of host index vectors (gather_rows, rope, attention), made on first use.
-  IndexCache& index_cache() {
-    if (!index_) index_ = std::make_unique<IndexCache>(cache_);
-    return *index_;
-  }
-  std::unique_ptr<IndexCache> index_;
 };
 
 CudaBackend& as_cuda(Backend& b) {

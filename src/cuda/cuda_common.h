@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/op_checks.h"
 #include "ops/ops.h"
 
 /// Throws magi2::Error naming the call and CUDA's message when `expr` fails.

@@ -52,7 +52,8 @@ __global__ void rope_kernel(const float* __restrict__ x, const float* __restrict
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n_all;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t n = e / (h * hd), k = (e / hd) % h, i = e % hd;
-    const int64_t sr = src_rows ? src_rows[n] : n;
+    int64_t sr = src_rows ? src_rows[n] : n;
+    if (sr < 0 || sr >= t) sr = n;  // no host check on the device path: a bad source row reads its own row
     const float* xr = x + (sr * h + k) * hd;
     const float* sn = table + n * ldt;
     const float* cs = sn + half;
@@ -92,7 +93,7 @@ void rope_table(const RopeTableParams& p, cudaStream_t s) {
   MAGI2_CUDA_CHECK_LAUNCH("rope_table");
 }
 
-void rope(const RopeParams& p, IndexCache& idx, cudaStream_t s) {
+void rope(const RopeParams& p, cudaStream_t s) {
   MAGI2_CHECK(p.x.defined() && p.x.device() == Device::CUDA && p.x.dim() == 3 && p.x.is_contiguous() &&
                   p.x.dtype() == DType::F32,
               "rope.x: expected contiguous f32 [T, H, hd] on the GPU");
@@ -105,14 +106,9 @@ void rope(const RopeParams& p, IndexCache& idx, cudaStream_t s) {
   check_2d(p.table, t, 2 * half, "rope.table");
   MAGI2_CHECK(p.table.dtype() == DType::F32, "rope.table: expected f32");
   MAGI2_CHECK(2 * half <= hd, "rope: rotary dim ", 2 * half, " exceeds head dim ", hd);
-  if (p.src_rows) {
-    MAGI2_CHECK(static_cast<int64_t>(p.src_rows->size()) == t, "rope: src_rows size mismatch");
-    for (int64_t n = 0; n < t; ++n)
-      MAGI2_CHECK((*p.src_rows)[n] >= 0 && (*p.src_rows)[n] < t, "rope: src_rows[", n, "] = ", (*p.src_rows)[n],
-                  " is outside the ", t, " rows of x");
-  }
+  const int32_t* d_rows =
+      p.src_rows.defined() ? check_index_on(Device::CUDA, p.src_rows, t, "rope.src_rows") : nullptr;
   if (t == 0 || h == 0 || hd == 0) return;
-  const int32_t* d_rows = p.src_rows ? idx.get(*p.src_rows, s) : nullptr;
   rope_kernel<<<blocks_for(t * h * hd), kThreads, 0, s>>>(p.x.data_as<float>(), p.table.data_as<float>(),
                                                            p.table.row_stride(), p.out.data_as<uint16_t>(), d_rows, t,
                                                            h, hd, half);

@@ -16,31 +16,30 @@ constexpr int kThreads = 256;
 // start is 4-byte aligned (bf16 rows of even width, f32 rows), else in bytes.
 template <typename W>
 __global__ void gather_rows_kernel(const W* __restrict__ src, int64_t lds, W* __restrict__ dst, int64_t ldd,
-                                   const int32_t* __restrict__ index, int64_t words) {
+                                   const int32_t* __restrict__ index, int64_t src_rows, int64_t words) {
   const int64_t r = blockIdx.x;
-  const W* s = src + index[r] * lds;
+  const int64_t sr = index[r];
   W* d = dst + r * ldd;
+  if (sr < 0 || sr >= src_rows) {  // no host check on the device path: a bad index gives a zero row
+    for (int64_t i = threadIdx.x; i < words; i += blockDim.x) d[i] = W(0);
+    return;
+  }
+  const W* s = src + sr * lds;
   for (int64_t i = threadIdx.x; i < words; i += blockDim.x) d[i] = s[i];
 }
 
 }  // namespace
 
-void gather_rows(const GatherRowsParams& p, IndexCache& idx, cudaStream_t s) {
-  MAGI2_CHECK(p.index != nullptr, "gather_rows: index is missing");
+void gather_rows(const GatherRowsParams& p, cudaStream_t s) {
   MAGI2_CHECK(p.dst.defined() && p.dst.dim() == 2, "gather_rows.dst: expected a 2-D tensor");
   const int64_t rows = p.dst.size(0), cols = p.dst.size(1);
-  MAGI2_CHECK(static_cast<int64_t>(p.index->size()) == rows, "gather_rows: index has ", p.index->size(),
-              " entries for ", rows, " rows");
+  const int32_t* d_index = check_index_on(Device::CUDA, p.index, rows, "gather_rows.index");
   MAGI2_CHECK(p.src.defined() && p.src.dim() == 2, "gather_rows.src: expected a 2-D tensor");
   check_2d(p.src, p.src.size(0), cols, "gather_rows.src");
   check_2d(p.dst, rows, cols, "gather_rows.dst");
   MAGI2_CHECK(p.src.dtype() == p.dst.dtype(), "gather_rows: dtype mismatch");
   const int64_t src_rows = p.src.size(0);
-  for (int64_t r = 0; r < rows; ++r)
-    MAGI2_CHECK((*p.index)[r] >= 0 && (*p.index)[r] < src_rows, "gather_rows: index[", r, "] = ", (*p.index)[r],
-                " is outside the ", src_rows, " source rows");
   if (rows == 0 || cols == 0) return;
-  const int32_t* d_index = idx.get(*p.index, s);
   const int64_t es = static_cast<int64_t>(dtype_size(p.src.dtype()));
   const int64_t bytes = cols * es, lds = p.src.row_stride() * es, ldd = p.dst.row_stride() * es;
   const bool words = (bytes % 4 == 0) && (lds % 4 == 0) && (ldd % 4 == 0) &&
@@ -49,10 +48,10 @@ void gather_rows(const GatherRowsParams& p, IndexCache& idx, cudaStream_t s) {
   if (words)
     gather_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
         static_cast<const uint32_t*>(p.src.data()), lds / 4, static_cast<uint32_t*>(p.dst.data()), ldd / 4, d_index,
-        bytes / 4);
+        src_rows, bytes / 4);
   else
     gather_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-        static_cast<const uint8_t*>(p.src.data()), lds, static_cast<uint8_t*>(p.dst.data()), ldd, d_index, bytes);
+        static_cast<const uint8_t*>(p.src.data()), lds, static_cast<uint8_t*>(p.dst.data()), ldd, d_index, src_rows, bytes);
   MAGI2_CUDA_CHECK_LAUNCH("gather_rows");
 }
 

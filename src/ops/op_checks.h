@@ -13,6 +13,10 @@ namespace magi2 {
 /// stride (row-strided views allowed). Error names `what`.
 void check_2d_on(Device device, const Tensor& t, int64_t rows, int64_t cols, const char* what);
 
+/// Checks that `t` is a contiguous i32 tensor of `n` elements on `device` and
+/// returns its data. Error names `what`.
+const int32_t* check_index_on(Device device, const Tensor& t, int64_t n, const char* what);
+
 /// Checks that the row groups cover `rows` rows in order (1 to 3 groups). Error names `what`.
 void check_row_groups(const Groups& g, int64_t rows, const char* what);
 

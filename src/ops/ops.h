@@ -82,11 +82,14 @@ struct SwiGLU7Params {
 };
 
 /// dst[i, :] = src[index[i], :] for 2-D tensors of equal width and dtype
-/// (src may be row-strided). index: host vector of source rows.
+/// (src may be row-strided). index [rows] i32, contiguous, on the backend's
+/// device like src and dst (device index tensors keep a captured step free of
+/// host reads). The CPU backend rejects an index outside [0, src rows); the
+/// CUDA backend cannot check without a host sync and writes zeros for such a row.
 struct GatherRowsParams {
   Tensor src;
   Tensor dst;
-  const std::vector<int32_t>* index = nullptr;
+  Tensor index;
 };
 
 /// Element-wise Fourier RoPE table (spec §4.4): coords [T, 9] f32 rows
@@ -102,12 +105,13 @@ struct RopeTableParams {
 /// Half-split (NeoX) rotary on the first 6*nb dims of each head, then bf16
 /// (spec §4.5, §6 step 6). x [T, H, hd] f32 (rows in x order), table [T, 6*nb]
 /// f32 in output row order, out [T, H, hd] bf16 where out row n reads x row
-/// src_rows[n] (identity when src_rows is null): RoPE fused with un-permuting.
+/// src_rows[n] (identity when src_rows is undefined): RoPE fused with
+/// un-permuting. src_rows [T] i32 on the backend's device (bounds as gather_rows).
 struct RopeParams {
   Tensor x;
   Tensor table;
   Tensor out;
-  const std::vector<int32_t>* src_rows = nullptr;
+  Tensor src_rows;  ///< optional
 };
 
 /// Full (non-causal) varlen attention with one learned sink logit per head
@@ -115,12 +119,17 @@ struct RopeParams {
 /// rows [cu_seqlens[b], cu_seqlens[b+1]); p = exp(s*qk) / (sum exp(s*qk) +
 /// exp(sink_h)); o [T, H, hd] bf16 = bf16(sum p v) with fp32 softmax and P*V.
 /// The sink logit is not scaled. `head_begin` selects the sink of a head slice
-/// (Ulysses ranks own heads [head_begin, head_begin + H)).
+/// (Ulysses ranks own heads [head_begin, head_begin + H)). cu_seqlens [B+1]
+/// i32 on the backend's device (0 = cu[0] <= ... <= cu[B] = T); max_seqlen is
+/// the host-known bound on cu[b+1] - cu[b] (static per request shape: the CUDA
+/// backend sizes its grid and plans by it; 0 means T). The CPU backend checks
+/// the boundaries; the CUDA backend cannot without a host sync.
 struct AttentionParams {
   Tensor q, k, v;
   Tensor sinks;  ///< [>= head_begin + H] f32
   Tensor o;
-  const std::vector<int32_t>* cu_seqlens = nullptr;
+  Tensor cu_seqlens;
+  int64_t max_seqlen = 0;
   float scale = 0.f;
   int head_begin = 0;
 };
@@ -608,6 +617,15 @@ class Backend {
   virtual void sigmoid_mul(const SigmoidMulParams& p) = 0;
   virtual void silu_mul(const SiluMulParams& p) = 0;
 };
+
+/// A contiguous copy of `t` (any device) on `be`'s device, allocated with
+/// be.alloc: how host data (weights, index vectors, inputs) reaches a backend.
+/// Returns `t` itself when it is already a contiguous tensor on that device.
+Tensor to_backend(Backend& be, const Tensor& t);
+
+/// A contiguous host copy of `t` (waits for the device); `t` itself when it is
+/// already a contiguous host tensor.
+Tensor to_host(Backend& be, const Tensor& t);
 
 /// The CPU reference backend (OpenMP over rows). `threads` <= 0: OpenMP default.
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);

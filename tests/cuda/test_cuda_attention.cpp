@@ -51,31 +51,42 @@ int64_t ordinal_f32(float f) {
 }
 int64_t ordinal_bf16(uint16_t h) { return (h & 0x8000) ? -static_cast<int64_t>(h & 0x7fff) : static_cast<int64_t>(h); }
 
+Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_i32({static_cast<int64_t>(v.size())}, v); }
+int64_t max_len(const std::vector<int32_t>& cu) {
+  int64_t m = 0;
+  for (size_t i = 1; i < cu.size(); ++i) m = std::max<int64_t>(m, cu[i] - cu[i - 1]);
+  return m;
+}
+
 TEST_F(CudaAttentionTest, GatherRowsAndCopyColsMatchCpu) {
   // bf16 rows of a column slice (row-strided source), gathered with repeats.
   Tensor src = random({700, 3200}, DType::BF16);
   std::vector<int32_t> idx(500);
   for (auto& i : idx) i = static_cast<int32_t>(rng_() % 700);
   Tensor ref = Tensor::empty({500, 3072}, DType::BF16);
-  cpu_->gather_rows({.src = src.slice_cols(64, 64 + 3072), .dst = ref, .index = &idx});
+  cpu_->gather_rows({.src = src.slice_cols(64, 64 + 3072), .dst = ref, .index = i32(idx)});
   Tensor d_src = up(src), out = poisoned({500, 3072}, DType::BF16);
-  gpu_->gather_rows({.src = d_src.slice_cols(64, 64 + 3072), .dst = out, .index = &idx});
+  const Tensor d_idx = up(i32(idx));
+  gpu_->gather_rows({.src = d_src.slice_cols(64, 64 + 3072), .dst = out, .index = d_idx});
   EXPECT_EQ(count_diff(down(out), ref, "gather_rows bf16 (column slice)"), 0);
   // Odd bf16 width (byte path) and f32.
   Tensor odd_ref = Tensor::empty({500, 33}, DType::BF16), odd = poisoned({500, 33}, DType::BF16);
-  cpu_->gather_rows({.src = src.slice_cols(1, 34), .dst = odd_ref, .index = &idx});
-  gpu_->gather_rows({.src = d_src.slice_cols(1, 34), .dst = odd, .index = &idx});
+  cpu_->gather_rows({.src = src.slice_cols(1, 34), .dst = odd_ref, .index = i32(idx)});
+  gpu_->gather_rows({.src = d_src.slice_cols(1, 34), .dst = odd, .index = d_idx});
   EXPECT_EQ(count_diff(down(odd), odd_ref, "gather_rows bf16, odd width and offset"), 0);
   Tensor fsrc = random({700, 96}, DType::F32), fref = Tensor::empty({500, 96}, DType::F32);
-  cpu_->gather_rows({.src = fsrc, .dst = fref, .index = &idx});
+  cpu_->gather_rows({.src = fsrc, .dst = fref, .index = i32(idx)});
   Tensor fout = poisoned({500, 96}, DType::F32);
-  gpu_->gather_rows({.src = up(fsrc), .dst = fout, .index = &idx});
+  gpu_->gather_rows({.src = up(fsrc), .dst = fout, .index = d_idx});
   EXPECT_EQ(count_diff(down(fout), fref, "gather_rows f32"), 0);
+  // An index outside the source cannot be checked without a host sync: that row becomes zeros.
   std::vector<int32_t> bad = idx;
   bad[7] = 700;
-  Tensor d_slice = d_src.slice_cols(64, 64 + 3072);
-  EXPECT_TRUE(test::throws_with([&] { gpu_->gather_rows({.src = d_slice, .dst = out, .index = &bad}); },
-                                {"gather_rows", "index[7]", "700"}));
+  gpu_->gather_rows({.src = d_src.slice_cols(64, 64 + 3072), .dst = out, .index = up(i32(bad))});
+  const Tensor bad_out = down(out);
+  for (int64_t c = 0; c < 3072; ++c) ASSERT_EQ(bad_out.data_as<uint16_t>()[7 * 3072 + c], 0) << "zero row";
+  EXPECT_TRUE(test::throws_with([&] { gpu_->gather_rows({.src = d_src, .dst = out, .index = i32(idx)}); },
+                                {"gather_rows.index", "CUDA"}));
 
   // copy_cols: a [300, 128] block into columns [256, 384) of a wider buffer.
   Tensor blk = random({300, 128}, DType::F32), wide = random({300, 9216}, DType::F32);
@@ -135,12 +146,12 @@ TEST_F(CudaAttentionTest, RopeMatchesCpuBitForBit) {
   Tensor table = random({t, 6 * nb}, DType::F32);  // any values: rope is pure fp32 arithmetic
   Tensor d_x = up(x), d_table = up(table);
   const std::vector<int32_t> perm = permutation(t);
-  for (const std::vector<int32_t>* rows : {static_cast<const std::vector<int32_t>*>(nullptr), &perm}) {
+  for (const Tensor& rows : {Tensor(), i32(perm)}) {
     Tensor want = Tensor::empty({t, h, hd}, DType::BF16);
     cpu_->rope({.x = x, .table = table, .out = want, .src_rows = rows});
     Tensor got = poisoned({t, h, hd}, DType::BF16);
-    gpu_->rope({.x = d_x, .table = d_table, .out = got, .src_rows = rows});
-    EXPECT_EQ(count_diff(down(got), want, rows ? "rope, permuted rows" : "rope"), 0);
+    gpu_->rope({.x = d_x, .table = d_table, .out = got, .src_rows = rows.defined() ? up(rows) : Tensor()});
+    EXPECT_EQ(count_diff(down(got), want, rows.defined() ? "rope, permuted rows" : "rope"), 0);
   }
 }
 
@@ -165,12 +176,12 @@ TEST_F(CudaAttentionTest, AttentionCloseToCpu) {
     sinks.data_as<float>()[c.head_begin] = 9.f;  // a sink that dominates the softmax
     const float scale = 1.f / std::sqrt(static_cast<float>(c.hd));
     Tensor want = Tensor::empty({t, c.heads, c.hd}, DType::BF16);
-    cpu_->attention({.q = q, .k = k, .v = v, .sinks = sinks, .o = want, .cu_seqlens = &c.cu, .scale = scale,
+    cpu_->attention({.q = q, .k = k, .v = v, .sinks = sinks, .o = want, .cu_seqlens = i32(c.cu), .scale = scale,
                      .head_begin = c.head_begin});
     Tensor d_q = up(q), d_k = up(k), d_v = up(v), d_s = up(sinks);
     Tensor d_o = poisoned({t, c.heads, c.hd}, DType::BF16);
-    const AttentionParams ap{.q = d_q, .k = d_k, .v = d_v, .sinks = d_s, .o = d_o, .cu_seqlens = &c.cu,
-                             .scale = scale, .head_begin = c.head_begin};
+    const AttentionParams ap{.q = d_q, .k = d_k, .v = d_v, .sinks = d_s, .o = d_o, .cu_seqlens = up(i32(c.cu)),
+                             .max_seqlen = max_len(c.cu), .scale = scale, .head_begin = c.head_begin};
     gpu_->attention(ap);
     Tensor got = down(d_o);
     const test::Diff dd = test::compare(got, want);
@@ -207,11 +218,13 @@ TEST_F(CudaAttentionTest, RopeAndAttentionReplayFromACudaGraph) {
   Tensor x = up(random({t, h, hd}, DType::F32)), table = up(random({t, 96}, DType::F32));
   Tensor qkv = gpu_->alloc({t, h, hd}, DType::BF16), qg = gpu_->alloc({t, h * hd}, DType::BF16);
   Tensor sinks = up(random({h}, DType::F32)), o = gpu_->alloc({t, h, hd}, DType::BF16);
+  const Tensor d_perm = up(i32(perm)), d_cu = up(i32(cu));
   auto step = [&] {
-    gpu_->rope({.x = x, .table = table, .out = qkv, .src_rows = &perm});
-    gpu_->gather_rows({.src = qkv.reshape({t, h * hd}), .dst = qg, .index = &perm});
+    gpu_->rope({.x = x, .table = table, .out = qkv, .src_rows = d_perm});
+    gpu_->gather_rows({.src = qkv.reshape({t, h * hd}), .dst = qg, .index = d_perm});
     Tensor q3 = qg.reshape({t, h, hd});
-    gpu_->attention({.q = q3, .k = qkv, .v = qkv, .sinks = sinks, .o = o, .cu_seqlens = &cu, .scale = 0.088f});
+    gpu_->attention({.q = q3, .k = qkv, .v = qkv, .sinks = sinks, .o = o, .cu_seqlens = d_cu,
+                     .max_seqlen = max_len(cu), .scale = 0.088f});
   };
   step();
   Tensor eager = down(o);
@@ -228,10 +241,12 @@ TEST_F(CudaAttentionTest, BenchAttentionAt272p) {
   Tensor src = up(random({4096, h * hd}, DType::BF16));
   std::vector<int32_t> idx(static_cast<size_t>(t));
   for (auto& i : idx) i = static_cast<int32_t>(rng_() % 4096);
-  for (Tensor* x : {&q, &k, &v}) gpu_->gather_rows({.src = src, .dst = x->reshape({t, h * hd}), .index = &idx});
+  const Tensor d_idx = up(i32(idx));
+  for (Tensor* x : {&q, &k, &v}) gpu_->gather_rows({.src = src, .dst = x->reshape({t, h * hd}), .index = d_idx});
   Tensor sinks = up(random({h}, DType::F32));
   auto s = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
-  const AttentionParams ap{.q = q, .k = k, .v = v, .sinks = sinks, .o = o, .cu_seqlens = &cu, .scale = 0.0884f};
+  const AttentionParams ap{.q = q, .k = k, .v = v, .sinks = sinks, .o = o, .cu_seqlens = up(i32(cu)),
+                           .max_seqlen = max_len(cu), .scale = 0.0884f};
   gpu_->attention(ap);
   cuda_synchronize(*gpu_);
   cudaEvent_t e0, e1;

@@ -25,6 +25,10 @@
 namespace magi2 {
 namespace {
 
+/// A host i32 index tensor from a vector (gather_rows' index, rope's src_rows, cu_seqlens).
+inline Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_i32({static_cast<int64_t>(v.size())}, v); }
+
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 using Rng = std::mt19937;

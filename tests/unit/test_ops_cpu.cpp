@@ -204,16 +204,16 @@ TEST(OpsCpu, GatherRows) {
     Tensor src = sb.slice_cols(2, 7);
     auto outs = thread_invariant([&](Backend& be) {
       Tensor d = Tensor::zeros({8, 5}, dt);
-      be.gather_rows({.src = src, .dst = d, .index = &index});
+      be.gather_rows({.src = src, .dst = d, .index = i32(index)});
       return std::vector<Tensor>{d};
     });
     for (int64_t r = 0; r < 8; ++r)
       for (int64_t c = 0; c < 5; ++c) ASSERT_EQ(at(outs[0], r, c), at(src, index[r], c));
     auto be = make_cpu_backend(1);
     const std::vector<int32_t> bad{0, 1, 6, 0, 0, 0, 0, 0}, shortx{0, 1};
-    EXPECT_TRUE(throws_with([&] { be->gather_rows({.src = src, .dst = outs[0], .index = &bad}); },
+    EXPECT_TRUE(throws_with([&] { be->gather_rows({.src = src, .dst = outs[0], .index = i32(bad)}); },
                             {"gather_rows", "6"}));
-    EXPECT_TRUE(throws_with([&] { be->gather_rows({.src = src, .dst = outs[0], .index = &shortx}); },
+    EXPECT_TRUE(throws_with([&] { be->gather_rows({.src = src, .dst = outs[0], .index = i32(shortx)}); },
                             {"gather_rows", "index"}));
   }
 }
@@ -353,7 +353,7 @@ TEST(OpsCpu, RopeHalfSplitWithRowPermutation) {
   const std::vector<int32_t> perm{3, 0, 4, 1, 2};
   auto outs = thread_invariant([&](Backend& be) {
     Tensor o = Tensor::zeros({T, H, hd}, DType::BF16), oi = Tensor::zeros({T, H, hd}, DType::BF16);
-    be.rope({.x = x, .table = tab, .out = o, .src_rows = &perm});
+    be.rope({.x = x, .table = tab, .out = o, .src_rows = i32(perm)});
     be.rope({.x = x, .table = tab, .out = oi});
     return std::vector<Tensor>{o, oi};
   });
@@ -377,7 +377,7 @@ TEST(OpsCpu, RopeHalfSplitWithRowPermutation) {
   EXPECT_TRUE(throws_with([&] { be->rope({.x = x, .table = tab, .out = x}); }, {"rope.out"}));
   EXPECT_TRUE(throws_with([&] { be->rope({.x = x, .table = tab.to(DType::BF16), .out = outs[0]}); }, {"rope.table"}));
   const std::vector<int32_t> bad{3, 0, 5, 1, 2};
-  EXPECT_TRUE(throws_with([&] { be->rope({.x = x, .table = tab, .out = outs[0], .src_rows = &bad}); },
+  EXPECT_TRUE(throws_with([&] { be->rope({.x = x, .table = tab, .out = outs[0], .src_rows = i32(bad)}); },
                           {"rope", "src_rows"}));
 }
 
@@ -435,7 +435,7 @@ TEST(OpsCpu, AttentionVarlenSink) {
     Tensor sinks = Tensor::from_f32({H + 2}, {7.f, float(ss[0]), float(ss[1]), float(ss[2]), -7.f});
     auto outs = thread_invariant([&](Backend& be) {
       Tensor o = Tensor::zeros({T, H, hd}, DType::BF16);
-      be.attention({.q = q, .k = k, .v = v, .sinks = sinks, .o = o, .cu_seqlens = &cu, .scale = scale,
+      be.attention({.q = q, .k = k, .v = v, .sinks = sinks, .o = o, .cu_seqlens = i32(cu), .scale = scale,
                     .head_begin = 1});
       return std::vector<Tensor>{o};
     });
@@ -476,7 +476,7 @@ TEST(OpsCpu, AttentionVarlenSink) {
   auto be = make_cpu_backend(1);
   Tensor o = Tensor::zeros({T, H, hd}, DType::BF16);
   EXPECT_TRUE(throws_with([&] {
-    be->attention({.q = q, .k = k, .v = v, .sinks = Tensor::from_f32({H}, {0, 0, 0}), .o = o, .cu_seqlens = &cu,
+    be->attention({.q = q, .k = k, .v = v, .sinks = Tensor::from_f32({H}, {0, 0, 0}), .o = o, .cu_seqlens = i32(cu),
                    .scale = scale, .head_begin = 1});
   }, {"attention.sinks"}));
 }

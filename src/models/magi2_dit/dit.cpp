@@ -2,6 +2,7 @@
 // post-adapter. Per-layer branches live in layer.cpp.
 #include "models/magi2_dit/dit.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -32,6 +33,7 @@ void Dit::validate(const DitInputs& in) const {
               "DiT input cu_seqlens: must start at 0 and end at N = ", n);
   for (size_t i = 1; i < in.cu_seqlens.size(); ++i)
     MAGI2_CHECK(in.cu_seqlens[i] >= in.cu_seqlens[i - 1], "DiT input cu_seqlens: not non-decreasing");
+  MAGI2_CHECK(in.modality.device() == Device::CPU, "DiT input modality: must be a host tensor (the static layout)");
   const int32_t* mod = in.modality.data_as<int32_t>();
   const int64_t need[3] = {arch_.video_in_channels, arch_.audio_in_channels, arch_.text_in_channels};
   for (int64_t i = 0; i < n; ++i) {
@@ -47,44 +49,65 @@ Tensor Dit::unpermute(const Tensor& t) const {
   const int64_t n = ws_->n;
   const int64_t cols = t.numel() / n;
   Tensor src = t.is_contiguous() ? t.reshape({n, cols}) : t;
-  Tensor out = Tensor::zeros({n, src.size(1)}, t.dtype());
-  be_.gather_rows({.src = src, .dst = out, .index = &ws_->inv});
-  return out;
+  Tensor out = be_.alloc({n, src.size(1)}, t.dtype());
+  be_.gather_rows({.src = src, .dst = out, .index = ws_->inv});
+  return to_host(be_, out);
 }
 
 void Dit::dump(const DitRunOptions& opt, const std::string& name, const Tensor& permuted) const {
   if (opt.dump) opt.dump(name, unpermute(permuted));
 }
 
-Tensor Dit::forward(const DitInputs& in, const DitRunOptions& opt) {
+Tensor Dit::stage(const Tensor& t, const Tensor& staging) const {
+  if (t.device() == be_.device()) return t;
+  be_.copy({.src = t, .dst = staging});
+  return staging;
+}
+
+size_t Dit::workspace_bytes() const { return ws_ ? ws_->bytes : 0; }
+
+void Dit::prepare(const DitInputs& in) {
   validate(in);
   const int64_t n = in.x.size(0), c_pad = in.x.size(1);
   if (!ws_ || ws_->n != n || ws_->x_p.size(1) != c_pad) ws_ = std::make_unique<DitWorkspace>(arch_, n, c_pad, be_);
   DitWorkspace& ws = *ws_;
-  cu_seqlens_ = &in.cu_seqlens;
+  const int32_t* mod = in.modality.data_as<int32_t>();
+  if (ws.perm.defined() && ws.cu_host == in.cu_seqlens && std::equal(mod, mod + n, ws.modality_host.begin())) return;
 
   // Modality order (spec §3.9): TIME counts as TEXT; a stable counting sort so
   // the permutation is a pure function of the modality vector.
-  const int32_t* mod = in.modality.data_as<int32_t>();
   int64_t count[3] = {0, 0, 0};
   for (int64_t i = 0; i < n; ++i) ++count[mod[i] == 3 ? 2 : mod[i]];
   ws.groups3.count = 3;
   ws.groups3.cu = {0, count[0], count[0] + count[1], n};
   ws.groups1 = Groups::single(n);
-  ws.perm.assign(n, 0);
-  ws.inv.assign(n, 0);
+  std::vector<int32_t> perm(n, 0), inv(n, 0);
   int64_t next[3] = {0, count[0], count[0] + count[1]};
   for (int64_t i = 0; i < n; ++i) {
     const int m = mod[i] == 3 ? 2 : mod[i];
-    ws.perm[next[m]] = static_cast<int32_t>(i);
-    ws.inv[i] = static_cast<int32_t>(next[m]);
+    perm[next[m]] = static_cast<int32_t>(i);
+    inv[i] = static_cast<int32_t>(next[m]);
     ++next[m];
   }
+  ws.perm = to_backend(be_, Tensor::from_i32({n}, perm));
+  ws.inv = to_backend(be_, Tensor::from_i32({n}, inv));
+  ws.cu_seqlens = to_backend(be_, Tensor::from_i32({static_cast<int64_t>(in.cu_seqlens.size())}, in.cu_seqlens));
+  ws.max_seqlen = 0;
+  for (size_t i = 1; i < in.cu_seqlens.size(); ++i)
+    ws.max_seqlen = std::max<int64_t>(ws.max_seqlen, in.cu_seqlens[i] - in.cu_seqlens[i - 1]);
+  ws.modality_host.assign(mod, mod + n);
+  ws.cu_host = in.cu_seqlens;
+}
 
-  be_.gather_rows({.src = in.x, .dst = ws.x_p, .index = &ws.perm});
-  be_.gather_rows({.src = in.time_emb, .dst = ws.temb_p, .index = &ws.perm});
-  be_.rope_table({.coords = in.coords, .bands = w_.rope_bands, .out = ws.rope});
-  if (opt.dump) opt.dump("rope", ws.rope);
+Tensor Dit::forward(const DitInputs& in, const DitRunOptions& opt) {
+  prepare(in);
+  DitWorkspace& ws = *ws_;
+  const int64_t c_pad = in.x.size(1);
+
+  be_.gather_rows({.src = stage(in.x, ws.x_in), .dst = ws.x_p, .index = ws.perm});
+  be_.gather_rows({.src = stage(in.time_emb, ws.temb_in), .dst = ws.temb_p, .index = ws.perm});
+  be_.rope_table({.coords = stage(in.coords, ws.coords_in), .bands = w_.rope_bands, .out = ws.rope});
+  if (opt.dump) opt.dump("rope", to_host(be_, ws.rope));
 
   // Pre-adapter (spec §3.8): one fp32 linear per modality on its first C_m channels.
   const Tensor* emb_w[3] = {&w_.video_embedder_w, &w_.audio_embedder_w, &w_.text_embedder_w};
@@ -123,7 +146,8 @@ Tensor Dit::forward(const DitInputs& in, const DitRunOptions& opt) {
                 .y = ws.out_p.slice_rows(r0, r1).slice_cols(0, chans[m]),
                 .groups = g});
   }
-  return unpermute(ws.out_p);
+  be_.gather_rows({.src = ws.out_p, .dst = ws.out, .index = ws.inv});
+  return ws.out;
 }
 
 }  // namespace magi2

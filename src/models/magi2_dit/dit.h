@@ -14,10 +14,13 @@
 namespace magi2 {
 
 /// Packed DiT inputs (spec §3.1; schema of shared/golden/dit_tiny/dit_io.safetensors).
+/// modality and cu_seqlens are the static token layout of a request shape and
+/// live on the host; x, coords and time_emb may be host tensors (staged onto
+/// the backend by forward) or already on the backend's device (the GPU step).
 struct DitInputs {
   Tensor x;         ///< [N, C_pad] f32, per-token features zero-padded on the right
   Tensor coords;    ///< [N, 9] f32 (t, h, w, T, H, W, refT, refH, refW)
-  Tensor modality;  ///< [N] i32: 0 video, 1 audio, 2 text, 3 time (treated as text)
+  Tensor modality;  ///< [N] i32 host: 0 video, 1 audio, 2 text, 3 time (treated as text)
   Tensor time_emb;  ///< [N, 64] f32, written over channels 0..63 after the pre-adapter
   std::vector<int32_t> cu_seqlens;  ///< [B+1] sample boundaries (both CFG branches)
 };
@@ -28,7 +31,8 @@ struct DitRunOptions {
   /// expert selection [MH, N, K] i32 in original token order; weights are still
   /// computed from our own router scores. Empty or undefined entries: natural routing.
   std::vector<Tensor> forced_topk;
-  /// Called with named intermediates (host tensors, original token order):
+  /// Called with named intermediates (host tensors, original token order;
+  /// the forward then runs eagerly with host copies, never inside a graph):
   /// pre_adapter_x, rope, block_in, l{i}_attn_in, l{i}_attn_out, l{i}_h_post_attn,
   /// l{i}_h_res_attn, l{i}_mlp_in, l{i}_mlp_out, l{i}_h_post_mlp, l{i}_h_res_mlp,
   /// l{i}_out, l{i}_moe_x_heads, l{i}_moe_topk_idx [MH,N,K] i32, l{i}_moe_margin.
@@ -46,11 +50,24 @@ class Dit {
   Dit(const DitArch& arch, const DitWeights& weights, Backend& backend);
   ~Dit();
 
-  /// One forward. Returns out [N, 64] f32 (spec §3.11): video rows cols 0..47,
-  /// audio rows cols 0..63, text rows 0. Errors name the offending input.
+  /// One forward. Returns out [N, 64] f32 on the backend's device (spec
+  /// §3.11): video rows cols 0..47, audio rows cols 0..63, text rows 0. The
+  /// result is a workspace buffer, overwritten by the next forward. Errors name
+  /// the offending input. Enqueues ops only (no host wait, no allocation) once
+  /// prepare() has seen this layout, so a forward can be captured into a graph.
   Tensor forward(const DitInputs& in, const DitRunOptions& opt = {});
 
+  /// Plans the workspace and the device index tensors (modality permutation,
+  /// sample boundaries) for the layout of `in` (its N, C_pad, modality and
+  /// cu_seqlens; the values of x, coords and time_emb are not read). Called by
+  /// forward when the layout changes; call it before capturing a step.
+  void prepare(const DitInputs& in);
+
+  /// Bytes of the activation workspace planned for the current layout (0 before).
+  size_t workspace_bytes() const;
+
   const DitArch& arch() const { return arch_; }
+  Backend& backend() const { return be_; }
 
  private:
   void validate(const DitInputs& in) const;
@@ -61,12 +78,13 @@ class Dit {
   /// Host copy of a permuted-order [N, ...] tensor, back in original order.
   Tensor unpermute(const Tensor& t) const;
   void dump(const DitRunOptions& opt, const std::string& name, const Tensor& permuted) const;
+  /// `t` if it is on the backend's device, else `t` copied into `staging`.
+  Tensor stage(const Tensor& t, const Tensor& staging) const;
 
   DitArch arch_;
   const DitWeights& w_;
   Backend& be_;
   std::unique_ptr<DitWorkspace> ws_;
-  const std::vector<int32_t>* cu_seqlens_ = nullptr;  ///< of the forward in flight
 };
 
 }  // namespace magi2

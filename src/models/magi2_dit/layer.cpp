@@ -1,6 +1,7 @@
 // One transformer layer (spec magi2-dit.md §5 Layer_l): mHC around an
 // attention branch (§6) and an MLP branch: dense SwiGLU7 (§7) or multi-head MoE (§8).
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -56,12 +57,13 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
   be_.rms_norm({.x = ws.qkv.slice_cols(0, d), .w = L.q_norm, .y = ws.qf.reshape({n, d}), .groups = g, .heads = h});
   be_.rms_norm({.x = ws.qkv.slice_cols(d, 2 * d), .w = L.k_norm, .y = ws.kf.reshape({n, d}), .groups = g, .heads = h});
   // Back to original token order for RoPE and the attention core (spec §6 steps 5-7).
-  be_.rope({.x = ws.qf, .table = ws.rope, .out = ws.q, .src_rows = &ws.inv});
-  be_.rope({.x = ws.kf, .table = ws.rope, .out = ws.k, .src_rows = &ws.inv});
-  be_.gather_rows({.src = ws.qkv.slice_cols(2 * d, 3 * d), .dst = ws.v.reshape({n, d}), .index = &ws.inv});
-  be_.attention({.q = ws.q, .k = ws.k, .v = ws.v, .sinks = L.sinks, .o = ws.o, .cu_seqlens = cu_seqlens_,
+  be_.rope({.x = ws.qf, .table = ws.rope, .out = ws.q, .src_rows = ws.inv});
+  be_.rope({.x = ws.kf, .table = ws.rope, .out = ws.k, .src_rows = ws.inv});
+  be_.gather_rows({.src = ws.qkv.slice_cols(2 * d, 3 * d), .dst = ws.v.reshape({n, d}), .index = ws.inv});
+  be_.attention({.q = ws.q, .k = ws.k, .v = ws.v, .sinks = L.sinks, .o = ws.o, .cu_seqlens = ws.cu_seqlens,
+                 .max_seqlen = ws.max_seqlen,
                  .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))});
-  be_.gather_rows({.src = ws.o.reshape({n, d}), .dst = ws.o_p.reshape({n, d}), .index = &ws.perm});
+  be_.gather_rows({.src = ws.o.reshape({n, d}), .dst = ws.o_p.reshape({n, d}), .index = ws.perm});
   be_.gate({.o = ws.o_p, .g = ws.g});
   be_.linear({.x = ws.o_p.reshape({n, d}), .w = L.linear_proj, .y = out, .groups = g});
 }
@@ -90,13 +92,13 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
 
   Tensor forced;
   if (l < static_cast<int>(opt.forced_topk.size()) && opt.forced_topk[l].defined()) {
-    const Tensor& f = opt.forced_topk[l];
-    check_tensor(f, {mh, n, k}, DType::I32, str_cat("forced routing of layer ", l));
+    check_tensor(opt.forced_topk[l], {mh, n, k}, DType::I32, str_cat("forced routing of layer ", l));
+    const Tensor f = to_backend(be_, opt.forced_topk[l]);
     // Forced selections come in original token order; the MoE runs permuted.
     for (int h = 0; h < mh; ++h)
       be_.gather_rows({.src = f.slice_rows(h, h + 1).reshape({n, k}),
                        .dst = ws.forced.slice_rows(h, h + 1).reshape({n, k}),
-                       .index = &ws.perm});
+                       .index = ws.perm});
     forced = ws.forced;
   }
   be_.moe_route({.r = ws.r, .gate = L.router_gate, .bias = w_.selection_bias(l), .idx = ws.topk_idx,
@@ -106,10 +108,10 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
   if (opt.dump) {
     Tensor idx_o = Tensor::zeros({mh, n, k}, DType::I32), mg_o = Tensor::zeros({mh, n}, DType::F32);
     for (int h = 0; h < mh; ++h) {
-      be_.gather_rows({.src = ws.topk_idx.slice_rows(h, h + 1).reshape({n, k}),
-                       .dst = idx_o.slice_rows(h, h + 1).reshape({n, k}), .index = &ws.inv});
-      be_.gather_rows({.src = ws.margin.slice_rows(h, h + 1).reshape({n, 1}),
-                       .dst = mg_o.slice_rows(h, h + 1).reshape({n, 1}), .index = &ws.inv});
+      const Tensor ih = unpermute(ws.topk_idx.slice_rows(h, h + 1).reshape({n, k}));
+      const Tensor mgh = unpermute(ws.margin.slice_rows(h, h + 1).reshape({n, 1}));
+      std::memcpy(idx_o.data_as<int32_t>() + h * n * k, ih.data(), ih.nbytes());
+      std::memcpy(mg_o.data_as<float>() + h * n, mgh.data(), mgh.nbytes());
     }
     opt.dump(p + "moe_topk_idx", idx_o);
     opt.dump(p + "moe_margin", mg_o);

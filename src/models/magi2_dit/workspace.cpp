@@ -46,6 +46,15 @@ DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, Ba
   }
   fin = be.alloc({n, vw}, F);
   out_p = be.alloc({n, a.out_channels()}, F);
+  out = be.alloc({n, a.out_channels()}, F);
+  x_in = be.alloc({n, c_pad}, F);
+  coords_in = be.alloc({n, 9}, F);
+  temb_in = be.alloc({n, 64}, F);
+  for (const Tensor* t : {&x_p, &temb_p, &rope, &h0, &state, &logits, &h_pre, &h_post, &h_res, &branch_in,
+                          &branch_out, &xn, &g, &qkv, &qf, &kf, &q, &k, &v, &o, &o_p, &u, &z, &r, &routed, &merged,
+                          &su, &sz, &s2, &m2, &topk_idx, &topk_w, &margin, &forced, &fin, &out_p, &out, &x_in,
+                          &coords_in, &temb_in})
+    if (t->defined()) bytes += t->nbytes();
 }
 
 }  // namespace magi2

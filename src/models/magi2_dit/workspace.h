@@ -16,11 +16,20 @@ class DitWorkspace {
   DitWorkspace(const DitArch& a, int64_t n, int64_t c_pad, Backend& be);
 
   int64_t n = 0;
-  // Token bookkeeping (host): modality order and its inverse (spec §3.9).
-  std::vector<int32_t> perm;   ///< permuted row i holds original token perm[i]
-  std::vector<int32_t> inv;    ///< original token n sits at permuted row inv[n]
+  // Token layout of the request shape, built once by Dit::prepare (spec §3.9).
+  std::vector<int32_t> modality_host;  ///< [N] the modality vector it was built from
+  std::vector<int32_t> cu_host;        ///< [B+1] sample boundaries it was built from
+  Tensor perm;       ///< [N] i32 on the backend: permuted row i holds original token perm[i]
+  Tensor inv;        ///< [N] i32 on the backend: original token n sits at permuted row inv[n]
+  Tensor cu_seqlens; ///< [B+1] i32 on the backend
+  int64_t max_seqlen = 0;  ///< longest sample
   Groups groups3;              ///< video / audio / text row ranges (permuted order)
   Groups groups1;              ///< one group of all rows
+
+  // Inputs staged on the backend when the caller passes host tensors.
+  Tensor x_in;       ///< [N, C_pad] f32
+  Tensor coords_in;  ///< [N, 9] f32
+  Tensor temb_in;    ///< [N, 64] f32
 
   Tensor x_p;        ///< [N, C_pad] f32 inputs, permuted
   Tensor temb_p;     ///< [N, 64] f32 time channels, permuted
@@ -58,6 +67,10 @@ class DitWorkspace {
   // post-adapter
   Tensor fin;        ///< [N, 4D] f32 final norm output
   Tensor out_p;      ///< [N, 64] f32 (permuted)
+  Tensor out;        ///< [N, 64] f32 (original order): what forward returns
+
+  /// Bytes of every activation buffer above (the arena a step needs).
+  size_t bytes = 0;
 };
 
 }  // namespace magi2

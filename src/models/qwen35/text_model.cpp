@@ -32,12 +32,13 @@ Tensor TextModel::forward(const std::vector<int64_t>& ids, const TextTrace& trac
   };
   const DType dt = w_.dtype;
   // Embedding rows are gathered from the stored bf16 table (widened in fp32 mode).
+  const Tensor index = to_backend(be_, Tensor::from_i32({len}, rows));
   Tensor h = be_.alloc({len, d}, dt);
   if (dt == DType::BF16) {
-    be_.gather_rows({.src = w_.embed_tokens, .dst = h, .index = &rows});
+    be_.gather_rows({.src = w_.embed_tokens, .dst = h, .index = index});
   } else {
     Tensor e = be_.alloc({len, d}, DType::BF16);
-    be_.gather_rows({.src = w_.embed_tokens, .dst = e, .index = &rows});
+    be_.gather_rows({.src = w_.embed_tokens, .dst = e, .index = index});
     be_.cast({.src = e, .dst = h});
   }
   emit("embed_tokens", -1, h);
