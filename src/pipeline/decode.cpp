@@ -28,17 +28,21 @@ ClipDecoders ClipDecoders::load(const std::string& model_root, Backend& be) {
   return ClipDecoders(TurboVaeDecoder::load(turbo_dir, be), OobleckDecoder::load(sao_dir, be));
 }
 
-Clip ClipDecoders::decode(const Tensor& video_latent, const Tensor& audio_latent, DecodeTimes* times) const {
+Tensor ClipDecoders::decode_frames(const Tensor& video_latent) const {
   MAGI2_CHECK(video_latent.dim() == 5 && video_latent.size(0) == 1 && video_latent.dtype() == DType::F32,
               "decode: video latent must be f32 [1, C, T, h, w], got ", shape_str(video_latent.shape()));
+  // The official decode_video drops the batch axis: latent[0] is [C, T, h, w].
+  const Shape vs = video_latent.shape();
+  return video_.decode(video_latent.reshape({vs[1], vs[2], vs[3], vs[4]}));
+}
+
+Clip ClipDecoders::decode(const Tensor& video_latent, const Tensor& audio_latent, DecodeTimes* times) const {
   MAGI2_CHECK(audio_latent.dim() == 3 && audio_latent.size(0) == 1 && audio_latent.dtype() == DType::F32,
               "decode: audio latent must be f32 [1, La, C], got ", shape_str(audio_latent.shape()));
   DecodeTimes t;
   Clip clip;
   auto t0 = std::chrono::steady_clock::now();
-  // The official decode_video drops the batch axis: latent[0] is [C, T, h, w].
-  const Shape vs = video_latent.shape();
-  clip.frames = video_.decode(video_latent.reshape({vs[1], vs[2], vs[3], vs[4]}));
+  clip.frames = decode_frames(video_latent);
   t.video_ms = ms_since(t0);
   t0 = std::chrono::steady_clock::now();
   clip.audio = audio_.decode(audio_latent);

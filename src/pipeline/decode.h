@@ -36,6 +36,11 @@ class ClipDecoders {
   /// Errors: latent shapes the decoders cannot take.
   Clip decode(const Tensor& video_latent, const Tensor& audio_latent, DecodeTimes* times = nullptr) const;
 
+  /// The video half of decode(): video_latent [1, 48, T, h, w] f32 -> frames
+  /// [4T-3, 16h, 16w, 3] u8 RGB (T = 1: one frame, as for a preview).
+  /// Errors: a latent shape the decoder cannot take.
+  Tensor decode_frames(const Tensor& video_latent) const;
+
  private:
   ClipDecoders(TurboVaeDecoder video, OobleckDecoder audio) : video_(std::move(video)), audio_(std::move(audio)) {}
   TurboVaeDecoder video_;

@@ -1,5 +1,5 @@
-// `magi2 make-tiny`, the built-in tiny model (tools/magi2/tiny_model.*) and
-// config_for_model (tools/magi2/model_files.*).
+// `magi2 make-tiny`, the built-in tiny model (src/engine/tiny_model.*) and
+// config_for_model (src/engine/model_files.*).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,16 +13,17 @@
 #include "golden/dit_fixture.h"
 #include "util/testing.h"
 
-#include "model_files.h"
-#include "tiny_model.h"
+#include "cache_env.h"
+#include "engine/model_files.h"
+#include "engine/tiny_model.h"
 
 namespace magi2::test {
 namespace {
 
 namespace fs = std::filesystem;
-using cli::make_tiny_model;
-using cli::resolve_model;
-using cli::tiny_config;
+
+// resolve_model with the cache folders from the environment, as the CLI does.
+std::string resolve_model(const std::string& model) { return magi2::resolve_model(model, cli::cache_env()); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
@@ -97,7 +98,7 @@ TEST(MakeTiny, WritesOfficialLayoutThatBinds) {
 
   // Index: total_size = tensor bytes; every official name mapped to one of the two shards.
   const auto index = nlohmann::json::parse(slurp(dir / "preview" / "model.safetensors.index.json"));
-  const cli::TinyModelSize size = cli::tiny_model_size();
+  const TinyModelSize size = tiny_model_size();
   EXPECT_EQ(index["metadata"]["total_size"].get<size_t>(), size.num_bytes);
   EXPECT_EQ(index["weight_map"].size(), size.num_tensors);
   EXPECT_EQ(index["weight_map"]["pre_adapter.rope.bands"], "model-00001-of-00002.safetensors");
@@ -161,8 +162,8 @@ TEST(MakeTiny, ForwardOnGoldenInputsIsFinite) {
   const Cleanup scratch(temp_dir("tiny_fwd"));
   const fs::path dir = fs::path(scratch.dir) / "model";
   make_tiny_model(dir.string(), 0);
-  const Magi2Config cfg = cli::config_for_model(dir.string(), "");
-  Checkpoint ckpt = Checkpoint::open(cli::find_transformer_dir(dir.string()));
+  const Magi2Config cfg = config_for_model(dir.string(), "");
+  Checkpoint ckpt = Checkpoint::open(find_transformer_dir(dir.string()));
   DitWeights w = DitWeights::bind(ckpt, cfg.arch);
   GoldenDit& g = GoldenDit::get();
   auto be = make_cpu_backend();
@@ -260,14 +261,14 @@ TEST(MakeTiny, ConfigForModel) {
   const Cleanup scratch(temp_dir("tiny_cfg"));
   const fs::path dir = fs::path(scratch.dir) / "model";
   make_tiny_model(dir.string(), 0);
-  EXPECT_EQ(cli::config_for_model(dir.string(), "").arch.num_layers, 4);          // MODEL_ROOT/config.json
-  EXPECT_EQ(cli::config_for_model((dir / "preview").string(), "").arch.num_layers, 40);  // none: release
-  EXPECT_EQ(cli::config_for_model("", "").arch.num_layers, 40);
+  EXPECT_EQ(config_for_model(dir.string(), "").arch.num_layers, 4);          // MODEL_ROOT/config.json
+  EXPECT_EQ(config_for_model((dir / "preview").string(), "").arch.num_layers, 40);  // none: release
+  EXPECT_EQ(config_for_model("", "").arch.num_layers, 40);
   // An explicit --config wins over the folder's.
   const std::string golden_cfg = golden_dir() + "/dit_tiny/config.json";
-  EXPECT_EQ(cli::config_for_model(dir.string(), golden_cfg).source, golden_cfg);
-  EXPECT_EQ(cli::config_for_model(golden_dir() + "/dit_tiny", "").arch.hidden_size, 256);
-  EXPECT_THROW(cli::config_for_model(dir.string(), (dir / "nope.json").string()), Error);
+  EXPECT_EQ(config_for_model(dir.string(), golden_cfg).source, golden_cfg);
+  EXPECT_EQ(config_for_model(golden_dir() + "/dit_tiny", "").arch.hidden_size, 256);
+  EXPECT_THROW(config_for_model(dir.string(), (dir / "nope.json").string()), Error);
 }
 
 }  // namespace

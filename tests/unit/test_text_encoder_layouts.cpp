@@ -14,7 +14,7 @@
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
 #include "models/qwen35/text_encoder.h"
-#include "tiny_text_encoder.h"
+#include "engine/tiny_text_encoder.h"
 #include "util/testing.h"
 
 namespace magi2::qwen35 {
@@ -26,7 +26,7 @@ std::string tiny_dir() {
   static const std::string dir = [] {
     const std::string d = test::temp_dir("tiny_text_encoder") + "/text_encoder";
     fs::create_directories(d);
-    cli::write_tiny_text_encoder(d, 0);
+    write_tiny_text_encoder(d, 0);
     return d;
   }();
   return dir;

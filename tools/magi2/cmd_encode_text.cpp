@@ -14,12 +14,13 @@
 #include <utility>
 #include <vector>
 
+#include "cache_env.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "model_files.h"
-#include "text_conditioning.h"
-#include "tiny_model.h"
+#include "engine/model_files.h"
+#include "engine/text_conditioning.h"
+#include "engine/tiny_model.h"
 
 namespace magi2::cli {
 
@@ -51,7 +52,7 @@ int run_encode_text(const EncodeTextArgs& a) {
   const std::string what = a.prompt_file.empty() ? "--prompt" : str_cat("--prompt-file ", a.prompt_file);
 
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string dir = find_text_encoder_dir(a.text_encoder.empty() ? resolve_model(a.model) : "", a.text_encoder);
+  const std::string dir = find_text_encoder_dir(a.text_encoder.empty() ? resolve_model(a.model, cache_env()) : "", a.text_encoder);
   auto be = make_cpu_backend(a.threads);
   auto enc = qwen35::TextEncoder::load(dir, *be, a.fp32 ? DType::F32 : DType::BF16);
   const qwen35::TextFeatures f = encode_prompt(*enc, prompt, a.i2v, a.truncate, what);

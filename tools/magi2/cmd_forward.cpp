@@ -6,10 +6,11 @@
 #include <cstdio>
 #include <memory>
 
+#include "cache_env.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "model_files.h"
+#include "engine/model_files.h"
 #include "models/magi2_dit/dit.h"
 
 namespace magi2::cli {
@@ -29,7 +30,7 @@ Tensor input(const SafetensorsFile& f, const std::string& name) {
 int run_forward(const ForwardArgs& a) {
   MAGI2_CHECK(a.threads >= 0, "--threads must be >= 0, got ", a.threads);
   check_output_path(a.output, "-o");
-  LoadedDit dit = load_dit(a.transformer, "", a.config);
+  LoadedDit dit = load_dit(resolve_model(a.transformer, cache_env()), "", a.config);
   auto f = SafetensorsFile::open(a.inputs);
   DitInputs in;
   const std::string& p = a.prefix;

@@ -6,14 +6,15 @@
 #include <filesystem>
 #include <memory>
 
+#include "cache_env.h"
 #include "commands.h"
 #include "core/error.h"
-#include "model_files.h"
+#include "engine/model_files.h"
 #include "models/oobleck/decoder.h"
 #include "models/qwen35/text_model.h"
 #include "models/turbovae/decoder.h"
 #include "models/wan22_vae/weights.h"
-#include "tiny_model.h"
+#include "engine/tiny_model.h"
 
 namespace magi2::cli {
 
@@ -54,7 +55,7 @@ void print_component(const fs::path& p, const char* label) {
 }
 
 int run_inspect(const InspectArgs& a) {
-  const std::string model = resolve_model(a.dir);
+  const std::string model = resolve_model(a.dir, cache_env());
   const std::string tdir = find_transformer_dir(model);
   Magi2Config cfg = config_for_model(model, a.config);
   std::printf("%s", cfg.summary().c_str());

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "commands.h"
-#include "tiny_model.h"
+#include "engine/tiny_model.h"
 
 namespace magi2::cli {
 

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "io/mmap_file.h"
-#include "text_conditioning.h"
+#include "engine/text_conditioning.h"
 
 namespace magi2::cli {
 

@@ -1,11 +1,10 @@
-#include "model_files.h"
+#include "engine/model_files.h"
 
 #include <filesystem>
 
 #include "core/error.h"
-#include "tiny_model.h"
 
-namespace magi2::cli {
+namespace magi2 {
 
 namespace fs = std::filesystem;
 
@@ -35,7 +34,7 @@ Magi2Config config_for_model(const std::string& model_root, const std::string& c
 
 LoadedDit load_dit(const std::string& model, const std::string& transformer, const std::string& config_path) {
   LoadedDit d;
-  d.root = resolve_model(model);
+  d.root = model;
   d.transformer_dir = find_transformer_dir(transformer.empty() ? d.root : transformer);
   d.config = config_for_model(d.root, config_path);
   d.ckpt = Checkpoint::open(d.transformer_dir);
@@ -58,4 +57,4 @@ void check_output_path(const std::string& path, const std::string& flag) {
   MAGI2_CHECK(!fs::is_directory(path), flag, " ", path, ": is a folder, expected a file name");
 }
 
-}  // namespace magi2::cli
+}  // namespace magi2

@@ -1,10 +1,9 @@
-#include "tiny_model.h"
+#include "engine/tiny_model.h"
 
 #include <unistd.h>
 
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -24,9 +23,9 @@
 #include "models/turbovae/tiny.h"
 #include "models/wan22_vae/tiny.h"
 #include "core/seeded_random.h"
-#include "tiny_text_encoder.h"
+#include "engine/tiny_text_encoder.h"
 
-namespace magi2::cli {
+namespace magi2 {
 
 namespace {
 
@@ -116,7 +115,7 @@ Recipe recipe_for(const DitTensorSpec& t) {
   if (contains(n, "down_proj") || contains(n, "expert_fc2")) return lin(0.4);
   if (contains(n, "linear_proj")) return lin(2.0);
   if (n.ends_with(".weight") && t.shape.size() == 2) return lin(1.0);  // embedders, linear_g/qkv, split/merge, final_linear
-  throw Error(str_cat("make-tiny: no init recipe for tensor '", n, "' (update tools/magi2/tiny_model.cpp)"));
+  throw Error(str_cat("make-tiny: no init recipe for tensor '", n, "' (update src/engine/tiny_model.cpp)"));
 }
 
 // One tensor's values, in its official dtype.
@@ -198,11 +197,6 @@ bool usable_dir(const fs::path& p) {
   return !ec && fs::is_directory(p, ec) && ::access(p.c_str(), W_OK | X_OK) == 0;
 }
 
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::string(v) : std::string();
-}
-
 }  // namespace
 
 Magi2Config tiny_config() { return Magi2Config::from_json_text(kTinyConfigJson, "<built-in tiny config>"); }
@@ -256,25 +250,25 @@ void make_tiny_model(const std::string& dir, uint64_t seed) {
   }
 }
 
-std::string model_cache_dir() {
-  if (std::string d = env("MAGI2_CACHE_DIR"); !d.empty()) {
+std::string model_cache_dir(const CacheEnv& env) {
+  if (const std::string& d = env.cache_dir; !d.empty()) {
     if (!usable_dir(d)) throw Error(str_cat("MAGI2_CACHE_DIR '", d, "' cannot be created or is not writable"));
     return d;
   }
   std::vector<fs::path> candidates;
-  if (std::string x = env("XDG_CACHE_HOME"); !x.empty()) candidates.push_back(fs::path(x) / "magi2");
-  if (std::string h = env("HOME"); !h.empty()) candidates.push_back(fs::path(h) / ".cache" / "magi2");
+  if (const std::string& x = env.xdg_cache_home; !x.empty()) candidates.push_back(fs::path(x) / "magi2");
+  if (const std::string& h = env.home; !h.empty()) candidates.push_back(fs::path(h) / ".cache" / "magi2");
   candidates.push_back("/tmp/magi2-cache");  // last resort: no usable home
   for (const auto& c : candidates)
     if (usable_dir(c)) return c.string();
   throw Error("no usable model cache folder (set MAGI2_CACHE_DIR to a writable folder)");
 }
 
-std::string resolve_model(const std::string& model) {
+std::string resolve_model(const std::string& model, const CacheEnv& env) {
   if (model.rfind("builtin:", 0) != 0) return model;
   if (model != kBuiltinTiny)
     throw Error(str_cat("unknown built-in model '", model, "' (known: ", kBuiltinTiny, ")"));
-  const fs::path dir = fs::path(model_cache_dir()) / kTinyCacheName;
+  const fs::path dir = fs::path(model_cache_dir(env)) / kTinyCacheName;
   if (is_complete_tiny(dir)) return dir.string();
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec))
@@ -288,4 +282,4 @@ std::string resolve_model(const std::string& model) {
   return dir.string();
 }
 
-}  // namespace magi2::cli
+}  // namespace magi2

@@ -8,7 +8,7 @@
 #include "models/magi2_dit/config.h"
 #include "models/magi2_dit/weights.h"
 
-namespace magi2::cli {
+namespace magi2 {
 
 /// The DiT checkpoint folder of `path`: `path/preview` when `path` is the
 /// official model root, else `path` itself when it holds a DiT index or a
@@ -25,7 +25,7 @@ Magi2Config config_for_model(const std::string& model_root, const std::string& c
 
 /// A loaded DiT: where it came from, config, open checkpoint and bound weights.
 struct LoadedDit {
-  std::string root;             ///< the model folder (builtin:tiny resolved)
+  std::string root;             ///< the model folder
   std::string transformer_dir;  ///< the DiT checkpoint folder used
   Magi2Config config;
   Checkpoint ckpt;
@@ -36,7 +36,8 @@ struct LoadedDit {
 /// (the usual cause is a missing --config).
 DitWeights bind_dit(const Checkpoint& ckpt, const Magi2Config& config);
 
-/// Resolves `model` (a folder or builtin:tiny), finds its DiT checkpoint
+/// For the model folder `model` (builtin:tiny already resolved by
+/// resolve_model()), finds its DiT checkpoint
 /// (`transformer` overrides MODEL/preview), picks the config as
 /// config_for_model() does, and binds strictly. A mismatch Error also names the
 /// config used, since the usual cause is a missing --config.
@@ -46,4 +47,4 @@ LoadedDit load_dit(const std::string& model, const std::string& transformer, con
 /// exists and it is not itself a folder. Error naming `flag` and the path.
 void check_output_path(const std::string& path, const std::string& flag);
 
-}  // namespace magi2::cli
+}  // namespace magi2

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-namespace magi2::cli {
+namespace magi2 {
 
 /// config.json of the tiny text encoder: model_type qwen3_5_text, the values
 /// of shared/golden/qwen35_text_tiny/text_encoder/config.json (hidden 64,
@@ -35,4 +35,4 @@ std::string tiny_tokenizer_config_json();
 /// cannot be written (magi2::Error naming it).
 void write_tiny_text_encoder(const std::string& dir, uint64_t seed);
 
-}  // namespace magi2::cli
+}  // namespace magi2

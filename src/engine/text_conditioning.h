@@ -13,7 +13,7 @@
 #include "models/qwen35/text_encoder.h"
 #include "ops/ops.h"
 
-namespace magi2::cli {
+namespace magi2 {
 
 /// The text encoder folder: `override_dir` when given, else
 /// `model_root`/text_encoder. Error naming the folder when it has no config.json.
@@ -43,4 +43,4 @@ std::string plain_json_message(const std::string& what);
 qwen35::TextFeatures encode_prompt(const qwen35::TextEncoder& enc, const std::string& prompt, bool i2v,
                                    bool allow_truncate, const std::string& what);
 
-}  // namespace magi2::cli
+}  // namespace magi2

@@ -1,4 +1,4 @@
-#include "tiny_text_encoder.h"
+#include "engine/tiny_text_encoder.h"
 
 #include <cctype>
 #include <cmath>
@@ -20,7 +20,7 @@
 #include "models/qwen35/tok_unicode.h"
 #include "core/seeded_random.h"
 
-namespace magi2::cli {
+namespace magi2 {
 
 namespace {
 
@@ -234,4 +234,4 @@ void write_tiny_text_encoder(const std::string& dir, uint64_t seed) {
   write_file_atomic((root / "tokenizer_config.json").string(), tiny_tokenizer_config_json());
 }
 
-}  // namespace magi2::cli
+}  // namespace magi2

@@ -13,7 +13,7 @@
 
 #include "models/magi2_dit/config.h"
 
-namespace magi2::cli {
+namespace magi2 {
 
 /// The name that resolve_model() maps to the cached tiny model folder.
 inline constexpr const char* kBuiltinTiny = "builtin:tiny";
@@ -56,11 +56,22 @@ std::string tiny_config_json();
 /// the temporary folder is removed and `dir` is untouched.
 void make_tiny_model(const std::string& dir, uint64_t seed);
 
-/// The folder of the built-in models' cache: $MAGI2_CACHE_DIR (must be
-/// creatable, else Error naming it); else $XDG_CACHE_HOME/magi2, else
-/// $HOME/.cache/magi2, falling back to /tmp/magi2-cache when neither is set or
-/// creatable. The folder is created. Error when even the fallback fails.
-std::string model_cache_dir();
+/// Where the built-in models may be cached. The library never reads the
+/// environment: front ends fill this from $MAGI2_CACHE_DIR, $XDG_CACHE_HOME and
+/// $HOME (tools/magi2/cache_env.h); an API user may set `cache_dir` alone.
+/// Empty = not set.
+struct CacheEnv {
+  std::string cache_dir;       ///< explicit folder ($MAGI2_CACHE_DIR): used as is, must be creatable
+  std::string xdg_cache_home;  ///< $XDG_CACHE_HOME: the cache is its magi2/ subfolder
+  std::string home;            ///< $HOME: the cache is its .cache/magi2/ subfolder
+};
+
+/// The folder of the built-in models' cache: env.cache_dir (must be
+/// creatable, else Error naming it as MAGI2_CACHE_DIR); else
+/// env.xdg_cache_home/magi2, else env.home/.cache/magi2, falling back to
+/// /tmp/magi2-cache when neither is set or creatable. The folder is created.
+/// Error when even the fallback fails.
+std::string model_cache_dir(const CacheEnv& env);
 
 /// Number of tensors and tensor-data bytes (= the index's metadata.total_size)
 /// of the folder make_tiny_model() writes. Never throws.
@@ -70,13 +81,13 @@ struct TinyModelSize {
 };
 TinyModelSize tiny_model_size();
 
-/// Maps a --model value to a folder: "builtin:tiny" -> model_cache_dir() +
+/// Maps a --model value to a folder: "builtin:tiny" -> model_cache_dir(env) +
 /// "/tiny-v3", created with make_tiny_model(..., seed 0) on first use
 /// (race-safe: when another process wins the final rename, its folder is
 /// used). Any value not starting with "builtin:" is returned unchanged.
 /// Errors: "builtin:<other>" (the message lists the known names); a cache
 /// folder that exists but is not a complete tiny model (names it, says to
 /// remove it); any make_tiny_model error.
-std::string resolve_model(const std::string& model);
+std::string resolve_model(const std::string& model, const CacheEnv& env);
 
-}  // namespace magi2::cli
+}  // namespace magi2

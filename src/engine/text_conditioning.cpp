@@ -1,4 +1,4 @@
-#include "text_conditioning.h"
+#include "engine/text_conditioning.h"
 
 #include <cstdio>
 #include <cstring>
@@ -10,7 +10,7 @@
 #include "models/qwen35/prompt.h"
 #include "models/qwen35/tok_unicode.h"
 
-namespace magi2::cli {
+namespace magi2 {
 
 namespace fs = std::filesystem;
 
@@ -88,4 +88,4 @@ qwen35::TextFeatures encode_prompt(const qwen35::TextEncoder& enc, const std::st
   return f;
 }
 
-}  // namespace magi2::cli
+}  // namespace magi2

@@ -1,0 +1,303 @@
+#include "engine/engine.h"
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "core/error.h"
+#include "engine/model_files.h"
+#include "engine/text_conditioning.h"
+#include "io/mmap_file.h"
+#include "io/safetensors.h"
+#include "media/png.h"
+#include "models/magi2_dit/dit.h"
+#include "models/wan22_vae/encoder.h"
+#include "models/wan22_vae/weights.h"
+#include "pipeline/decode.h"
+#include "pipeline/generate.h"
+#include "pipeline/reference_image.h"
+
+namespace magi2 {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+Tensor need(const SafetensorsFile& f, const std::string& name, const char* flag) {
+  if (!f.contains(name)) throw Error(str_cat(flag, " file '", f.path(), "' has no tensor '", name, "'"));
+  return f.tensor(name);
+}
+
+// The backend of EngineOptions::device. Only the CPU backend runs the whole
+// pipeline today; "cuda" is reserved for the CUDA denoising loop.
+std::unique_ptr<Backend> make_backend(const EngineOptions& c) {
+  MAGI2_CHECK(c.device != "cuda", "--device cuda: the CUDA pipeline is not available in this build yet");
+  return make_cpu_backend(c.threads);
+}
+
+// The middle latent frame [1, C, 1, h, w] of a [1, C, T, h, w] f32 latent.
+Tensor middle_frame(const Tensor& latent) {
+  const int64_t c = latent.size(1), t = latent.size(2), hw = latent.size(3) * latent.size(4);
+  Tensor out = Tensor::empty({1, c, 1, latent.size(3), latent.size(4)}, DType::F32);
+  const float* src = latent.data_as<float>() + (t / 2) * hw;
+  float* dst = out.data_as<float>();
+  for (int64_t ch = 0; ch < c; ++ch) std::memcpy(dst + ch * hw, src + ch * t * hw, hw * sizeof(float));
+  return out;
+}
+
+}  // namespace
+
+// Distinct negative prompts whose features are kept.
+constexpr size_t kMaxCachedNegatives = 8;
+
+struct Engine::State {
+  EngineOptions config;
+  Clock::time_point created = Clock::now();
+  bool first_run = true;
+  LoadedDit model;
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<Dit> dit;
+  double load_ms = 0;
+  // Loaded on first need:
+  std::unique_ptr<qwen35::TextEncoder> enc;
+  std::string te_dir;
+  double text_ms = 0;  // text encoder load + first negative prompt
+  std::map<std::pair<std::string, bool>, Tensor> uncond;  // (negative prompt, truncate) -> features
+  std::optional<ClipDecoders> decoders;
+  std::unique_ptr<Wan22EncoderWeights> wan_w;
+  std::unique_ptr<Wan22Encoder> wan;
+
+  void load_text_encoder() {
+    if (enc) return;
+    const auto t = Clock::now();
+    if (te_dir.empty()) te_dir = find_text_encoder_dir(model.root, config.text_encoder);
+    enc = qwen35::TextEncoder::load(te_dir, *be);
+    MAGI2_CHECK(enc->config().hidden_size == model.config.arch.text_in_channels, "text encoder '", te_dir,
+                "' gives features of width ", enc->config().hidden_size,
+                " but the DiT takes text_in_channels = ", model.config.arch.text_in_channels);
+    text_ms += ms_since(t);
+  }
+
+  // Unconditional branch (official get_null_feature): the negative prompt's
+  // features when use_negative_prompt, else an empty feature.
+  Tensor uncond_for(const std::string& negative, bool truncate) {
+    const Magi2Config& cfg = model.config;
+    if (!cfg.eval.use_negative_prompt) return Tensor::zeros({0, cfg.arch.text_in_channels}, DType::BF16);
+    const auto key = std::make_pair(negative, truncate);
+    if (auto it = uncond.find(key); it != uncond.end()) return it->second;
+    load_text_encoder();
+    const auto t = Clock::now();
+    Tensor f = encode_prompt(*enc, negative_prompt_or_default(negative), false, truncate, "negative prompt").features;
+    if (uncond.empty()) text_ms += ms_since(t);
+    if (uncond.size() >= kMaxCachedNegatives) uncond.clear();  // bounded for long-running servers
+    return uncond.emplace(key, f).first->second;
+  }
+};
+
+Engine::Engine(const EngineOptions& config) : s_(std::make_unique<State>()) {
+  validate(config);
+  s_->config = config;
+  const std::string root = resolve_model(config.model, config.cache);
+  MAGI2_CHECK(std::filesystem::is_directory(root), "model folder '", root, "' does not exist");
+  if (config.encodes_text) s_->te_dir = find_text_encoder_dir(root, config.text_encoder);
+  s_->model = load_dit(root, config.transformer, config.config);
+  s_->be = make_backend(config);
+  s_->dit = std::make_unique<Dit>(s_->model.config.arch, s_->model.weights, *s_->be);
+  s_->load_ms = ms_since(s_->created);
+}
+
+Engine::~Engine() = default;
+
+const Magi2Config& Engine::model_config() const { return s_->model.config; }
+const std::string& Engine::model_root() const { return s_->model.root; }
+const std::string& Engine::transformer_dir() const { return s_->model.transformer_dir; }
+
+void Engine::release_text_encoder() { s_->enc.reset(); }
+
+PreparedRequest Engine::prepare(const GenerateParams& p) {
+  validate(p);
+  State& s = *s_;
+  const Magi2Config& cfg = s.model.config;
+  PreparedRequest r;
+  r.params = p;
+  r.latent = latent_shape_for_clip(p.seconds, p.pixel_width(), p.pixel_height(), cfg.eval.fps);
+  r.latent.channels = cfg.arch.video_in_channels;
+  r.latent.audio_channels = cfg.arch.audio_in_channels;
+  const bool i2v = !p.image.empty();
+  const std::string wan_pth = (std::filesystem::path(s.model.root) / "vae" / "Wan2.2_VAE.pth").string();
+  MAGI2_CHECK(!i2v || std::filesystem::is_regular_file(wan_pth), "--image needs the Wan2.2 VAE: model folder '",
+              s.model.root, "' has no vae/Wan2.2_VAE.pth");
+  const bool encode = p.text_features.empty();
+  if (encode) {
+    s.load_text_encoder();
+    r.uncond = s.uncond_for(p.negative_prompt, p.truncate);
+  }
+  // Decoders are loaded before the first step, so a bad decoder checkpoint
+  // costs no denoising time.
+  if (p.decodes() && !s.decoders) {
+    const auto t = Clock::now();
+    s.decoders.emplace(ClipDecoders::load(s.model.root, *s.be));
+    r.decoder_load_ms = ms_since(t);
+  }
+  const auto t_p = Clock::now();
+  if (encode) {
+    // I2VA prompts get the <Figure 1> augmentation and yield the special token.
+    qwen35::TextFeatures f = encode_prompt(*s.enc, p.prompt, i2v, p.truncate, p.label);
+    r.cond = f.features;
+    r.prompt_tokens = f.features.size(0);
+    if (i2v) r.special_token = f.special_token;
+  } else {
+    auto tf = SafetensorsFile::open(p.text_features);
+    r.cond = need(*tf, "raw_txt_feat", "--text-features");
+    r.uncond = need(*tf, "raw_null_txt_feat", "--text-features");
+    // encode-text --i2v writes the <Figure 1> token next to the features.
+    MAGI2_CHECK(!i2v || tf->contains("special_token"), "--text-features ", p.text_features,
+                " has no 'special_token' for --image (write it with encode-text --i2v)");
+    if (i2v) r.special_token = tf->tensor("special_token");
+  }
+  r.prompt_ms = ms_since(t_p);
+  if (i2v && !s.wan) {
+    s.wan_w = std::make_unique<Wan22EncoderWeights>(Wan22EncoderWeights::load(wan_pth));
+    s.wan = std::make_unique<Wan22Encoder>(*s.wan_w, *s.be);
+  }
+  return r;
+}
+
+GenerateOutcome Engine::generate(const GenerateParams& p, const GenerateCallbacks& cb) { return run(prepare(p), cb); }
+
+GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& cb) {
+  State& s = *s_;
+  const GenerateParams& p = r.params;
+  const Magi2Config& cfg = s.model.config;
+  const auto t_job = Clock::now();
+  const bool first = s.first_run;
+  s.first_run = false;
+  GenerateRequest req;
+  req.latent = r.latent;
+  req.text_cond = r.cond;
+  req.text_uncond = r.uncond;
+  double image_ms = 0;
+  if (!p.image.empty()) {
+    MAGI2_CHECK(s.wan, "request '", p.label, "' was not prepared for a reference image");
+    const auto t_img = Clock::now();
+    // The official engine encodes at the latent grid times 16 (spec pipeline §1.3).
+    req.ref_image_latent = encode_reference_image(p.image, req.latent.width * 16, req.latent.height * 16, *s.wan);
+    req.ref_special_token = r.special_token;
+    image_ms = ms_since(t_img);
+  }
+  req.num_steps = p.steps == -1 ? cfg.eval.num_inference_steps : p.steps;
+  req.shift = cfg.eval.shift;
+  req.seed = p.seed;
+  req.cfg.video_txt_guidance_scale = p.video_guidance_scale.value_or(cfg.eval.video_txt_guidance_scale);
+  req.cfg.audio_txt_guidance_scale = p.audio_guidance_scale.value_or(cfg.eval.audio_txt_guidance_scale);
+  req.cfg.use_cfg_trick = cfg.eval.use_cfg_trick;
+  req.cfg.use_dynamic_cfg = cfg.eval.use_dynamic_cfg;
+  req.cfg.use_skimmed_cfg_linear = cfg.eval.use_skimmed_cfg_linear;
+  req.cfg.cfg_rescale = cfg.eval.cfg_rescale;
+  if (!p.noise.empty()) {
+    auto nf = SafetensorsFile::open(p.noise);
+    req.init_latent = need(*nf, "loop_init_latent", "--noise");
+    req.init_audio_latent = need(*nf, "loop_init_audio_latent", "--noise");
+  }
+  if (!p.routing_override.empty()) {
+    auto rf = SafetensorsFile::open(p.routing_override);
+    req.routing_override.resize(cfg.arch.num_layers);
+    for (int l : cfg.arch.moe_layers)
+      req.routing_override[l] = need(*rf, "loop_l" + std::to_string(l) + "_moe_topk_idx", "--routing-override");
+  }
+  const auto t_loop = Clock::now();
+  req.on_step = [&](GenerateStep& st) {
+    const double elapsed = ms_since(t_loop);
+    if (cb.on_progress)
+      cb.on_progress({st.step + 1, st.steps, st.timestep, st.ms, elapsed,
+                      elapsed / (st.step + 1) * (st.steps - st.step - 1) / 1000.0});
+    if (cb.preview_every > 0 && cb.on_preview && s.decoders && (st.step + 1) % cb.preview_every == 0) {
+      const Tensor frame = s.decoders->decode_frames(middle_frame(st.latent));
+      cb.on_preview({st.step + 1, encode_png_rgb(frame.reshape({frame.size(1), frame.size(2), 3}))});
+    }
+    return !(cb.should_cancel && cb.should_cancel());
+  };
+  if (cb.on_log) {
+    const std::string noise = p.noise.empty() ? str_cat("seed ", p.seed) : str_cat("noise from ", p.noise);
+    std::string text = p.text_features.empty() ? str_cat(r.prompt_tokens, " prompt tokens")
+                                               : str_cat("features from ", p.text_features);
+    if (!p.image.empty())
+      text += str_cat(", reference image ", p.image, " (", req.ref_image_latent.size(2), "x",
+                      req.ref_image_latent.size(3), " latent)");
+    char line[160];
+    std::snprintf(line, sizeof line, "%lld x %lld px, %.2f s -> latent %lldx%lldx%lld + %lld audio frames",
+                  (long long)p.pixel_width(), (long long)p.pixel_height(), p.seconds, (long long)req.latent.frames,
+                  (long long)req.latent.height, (long long)req.latent.width, (long long)req.latent.audio_frames);
+    cb.on_log(str_cat("magi2: ", s.model.transformer_dir, ", ", line, ", ", req.num_steps, " step",
+                      req.num_steps == 1 ? "" : "s", ", ", text, ", ", noise));
+  }
+  // A cancel before the first step costs no step.
+  GenerateOutcome o;
+  if (cb.should_cancel && cb.should_cancel()) {
+    o.cancelled = true;
+    return o;
+  }
+  GenerateResult g = generate_latents(*s.dit, req);
+  o.denoise_ms = ms_since(t_loop);
+  o.steps = static_cast<int>(g.step_ms.size());
+  o.latent_shape = g.latent.shape();
+  o.audio_latent_shape = g.audio_latent.shape();
+  if (g.cancelled) {
+    o.cancelled = true;
+    o.total_ms = ms_since(t_job);
+    return o;
+  }
+
+  if (!p.latents_path.empty())
+    write_safetensors(p.latents_path, {{"final_latent", g.latent}, {"final_audio_latent", g.audio_latent}});
+  DecodeTimes dt;
+  double out_ms = 0;
+  if (p.decodes()) {
+    MAGI2_CHECK(s.decoders, "request '", p.label, "' was not prepared for decoding");
+    const Clip clip = s.decoders->decode(g.latent, g.audio_latent, &dt);
+    const auto t_out = Clock::now();
+    o.report = write_outputs(clip, p.outputs);
+    if (!p.thumbnail_path.empty()) {
+      const Tensor& f = clip.frames;
+      write_file_atomic(p.thumbnail_path, encode_png_rgb(f.slice_rows(0, 1).reshape({f.size(1), f.size(2), 3})));
+    }
+    o.decoded = true;
+    out_ms = ms_since(t_out);
+  }
+  o.total_ms = first ? ms_since(s.created) : ms_since(t_job);
+  if (!p.metrics_path.empty()) {
+    struct rusage ru {};
+    ::getrusage(RUSAGE_SELF, &ru);
+    nlohmann::json m = {{"backend", s.be->name()},
+                        {"tokens_per_forward", g.tokens},
+                        {"prompt_tokens", r.prompt_tokens},
+                        {"steps", g.step_ms.size()},
+                        {"step_ms", g.step_ms},
+                        {"phase_ms",
+                         {{"load", s.load_ms},
+                          {"text_encoder_load_and_negative", s.text_ms},
+                          {"prompt", r.prompt_ms},
+                          {"reference_image", image_ms},
+                          {"denoise", o.denoise_ms},
+                          {"decoder_load", r.decoder_load_ms},
+                          {"decode_video", dt.video_ms},
+                          {"decode_audio", dt.audio_ms},
+                          {"outputs", out_ms},
+                          {"total", o.total_ms}}},
+                        {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
+                        {"seed", p.seed},
+                        {"latents", p.latents_path.empty() ? nlohmann::json() : nlohmann::json(p.latents_path)}};
+    if (o.decoded) m["outputs"] = o.report.to_json(p.outputs);
+    write_file_atomic(p.metrics_path, m.dump(2) + "\n");
+  }
+  return o;
+}
+
+}  // namespace magi2

@@ -1,0 +1,74 @@
+// The MAGI-2 engine: a loaded model that turns GenerateParams into outputs.
+// prompt (Qwen3.5 text encoder) [+ reference image (Wan2.2 VAE encoder)] ->
+// denoising loop (pipeline/generate.h) -> latents -> TurboVAE + Oobleck decode
+// -> MP4 / PNG frames / WAV with SHA-256 digests and a metrics JSON (official
+// inference/pipeline/entry.py and inference_engine.py; spec
+// magi2-pipeline.md). The DiT stays loaded between requests; the text
+// encoder, decoders and image encoder are loaded on the first request that
+// needs them and kept. Not thread-safe: one request at a time per engine
+// (the DiT step owns the compute device); front ends serialise.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "engine/params.h"
+#include "models/magi2_dit/config.h"
+#include "pipeline/packing.h"
+
+namespace magi2 {
+
+/// A request with its conditioning computed (text features, latent size),
+/// ready for Engine::run. Made by Engine::prepare; bound to that engine.
+struct PreparedRequest {
+  GenerateParams params;
+  LatentShape latent;          ///< latent sizes of the clip
+  Tensor cond, uncond;         ///< prompt and unconditional (negative prompt) features
+  Tensor special_token;        ///< I2VA <Figure 1> token; undefined for T2VA
+  int64_t prompt_tokens = 0;   ///< encoded prompt length (0 with text_features)
+  double prompt_ms = 0;        ///< encoding time of the prompt
+  double decoder_load_ms = 0;  ///< decoder loading this request caused (0 when already loaded)
+};
+
+class Engine {
+ public:
+  /// Validates `config`, resolves the model folder (builtin:tiny is made on
+  /// first use), loads and binds the DiT and creates the compute backend.
+  /// Errors (one line naming the file, folder or option): a missing model
+  /// folder, a bad config or checkpoint, an unknown device.
+  explicit Engine(const EngineOptions& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Magi2Config& model_config() const;
+  const std::string& model_root() const;       ///< the resolved model folder
+  const std::string& transformer_dir() const;  ///< the DiT checkpoint folder used
+
+  /// Validates `p` (validate()), loads what it needs and is not loaded yet
+  /// (text encoder, decoders, Wan2.2 image encoder), and encodes the prompt
+  /// and the negative prompt (cached per negative prompt). Nothing is
+  /// denoised, so a bad request costs no step. Errors: as validate(), a
+  /// missing component folder, a prompt over the limit, a clip too short.
+  PreparedRequest prepare(const GenerateParams& p);
+
+  /// Runs a prepared request: reference image encoding, the denoising loop,
+  /// then latents, decoded outputs and metrics (each written atomically).
+  /// Cancelled (cb.should_cancel) runs write nothing. Errors: Error naming
+  /// the file or tensor at fault; no output is half-written.
+  GenerateOutcome run(const PreparedRequest& r, const GenerateCallbacks& cb = {});
+
+  /// prepare() then run().
+  GenerateOutcome generate(const GenerateParams& p, const GenerateCallbacks& cb = {});
+
+  /// Unloads the text encoder (as the official code offloads it before the
+  /// loop); the next prepare() that encodes a prompt loads it again.
+  void release_text_encoder();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace magi2

@@ -1,0 +1,120 @@
+// What the engine is asked to do, shared by every front end (the magi2 CLI,
+// `magi2 serve`, the C API in include/magi2.h): how to load a model
+// (EngineOptions, once) and what to generate (GenerateParams, per request),
+// plus the callbacks a request reports through. Plain values only: no front
+// end state, no environment (front ends read their MAGI2_* mirrors and fill
+// these structs). New request options go into GenerateParams with a default
+// that keeps today's behaviour.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "core/tensor.h"
+#include "engine/tiny_model.h"
+#include "media/outputs.h"
+
+namespace magi2 {
+
+/// How to load an engine (official model folder layout: spec magi2-pipeline.md §9).
+struct EngineOptions {
+  std::string model = kBuiltinTiny;  ///< model folder, or builtin:tiny (made on first use under `cache`)
+  CacheEnv cache;                    ///< where builtin:tiny is cached
+  std::string config;                ///< config JSON overriding MODEL/config.json ("" = MODEL's or the release one)
+  std::string transformer;           ///< DiT checkpoint folder overriding MODEL/preview
+  std::string text_encoder;          ///< Qwen3.5 folder overriding MODEL/text_encoder
+  /// Prompts will be encoded: the text encoder folder is checked when the
+  /// engine is made, before the DiT loads. False for features-only use
+  /// (GenerateParams::text_features), where the model may lack text_encoder/.
+  bool encodes_text = true;
+  int threads = 0;                   ///< CPU threads, 0 = all
+  std::string device = "auto";       ///< compute device: "auto" | "cpu" | "cuda"
+};
+
+/// One generation request. Defaults are the CLI's.
+struct GenerateParams {
+  /// Names this request in error messages ("--prompt", "sample 3", "request vid_...").
+  std::string label = "--prompt";
+  std::string prompt;           ///< text prompt (plain or the official enhanced JSON); may be empty
+  /// Precomputed text features (safetensors raw_txt_feat, raw_null_txt_feat, optional
+  /// special_token) used instead of encoding `prompt` and the negative prompt.
+  std::string text_features;
+  std::string negative_prompt;  ///< "" = the official default negative prompt
+  bool truncate = false;        ///< cut prompts over the tokenizer limit (else an Error)
+  std::string image;            ///< I2VA reference image (PNG/JPEG); "" = text-to-video
+  std::string resolution = "272p";  ///< 272p (448x256) or 540p (896x512), unless width/height are given
+  int64_t width = 0, height = 0;    ///< pixels, multiples of 16; both or neither (0 = from resolution)
+  double seconds = 10.0;            ///< clip length
+  uint64_t seed = 42;               ///< Philox noise seed
+  int steps = -1;                   ///< denoising steps; -1 = the config's num_inference_steps
+  std::optional<double> video_guidance_scale;  ///< unset = the config's video_txt_guidance_scale
+  std::optional<double> audio_guidance_scale;  ///< unset = the config's audio_txt_guidance_scale
+  std::string noise;             ///< testing: initial noise loop_init_latent, loop_init_audio_latent
+  std::string routing_override;  ///< testing: per-step expert selection loop_l{layer}_moe_topk_idx
+  OutputPlan outputs;            ///< decoded outputs (MP4, frames, WAV); none = no decode
+  std::string thumbnail_path;    ///< PNG of the first decoded frame (needs a decoded output); "" = not written
+  std::string latents_path;      ///< final latents (safetensors); "" = not written
+  std::string metrics_path;      ///< metrics JSON; "" = not written
+
+  /// Width and height in pixels: width/height when given, else the resolution's.
+  int64_t pixel_width() const;
+  int64_t pixel_height() const;
+  /// Whether the request decodes (some of MP4, frames, WAV asked for).
+  bool decodes() const { return !outputs.mp4_path.empty() || !outputs.frames_dir.empty() || !outputs.wav_path.empty(); }
+};
+
+/// Checks a config before anything is loaded. Errors (one line naming the
+/// option): threads < 0, an unknown device.
+void validate(const EngineOptions& c);
+
+/// Checks a request before any model work: resolution, width/height pairing,
+/// steps >= 1 (or -1), guidance scales finite, an output resize only with
+/// decoded outputs, the output plan (check_output_plan), and that the
+/// reference image exists. The clip length is checked against the model's
+/// frame rate by Engine::prepare. Errors: one line naming the CLI flag at fault.
+void validate(const GenerateParams& p);
+
+/// Progress after one denoising step.
+struct Progress {
+  int step = 0;            ///< 1-based number of the step just done
+  int steps = 0;           ///< total steps of the request
+  int64_t timestep = 0;    ///< scheduler timestep of the step
+  double step_ms = 0;      ///< wall time of the step
+  double elapsed_ms = 0;   ///< since the loop started
+  double eta_s = 0;        ///< estimated seconds to the end of the loop
+};
+
+/// A preview of the current latents: the middle latent frame decoded to one
+/// RGB frame, as PNG bytes.
+struct Preview {
+  int step = 0;     ///< 1-based step after which it was taken
+  std::string png;  ///< PNG file bytes
+};
+
+/// How a request reports back. Every member may be empty. Called on the
+/// thread that runs Engine::run; exceptions thrown by a callback fail the request.
+struct GenerateCallbacks {
+  std::function<void(const std::string&)> on_log;      ///< one human-readable line (no newline)
+  std::function<void(const Progress&)> on_progress;    ///< after every step
+  /// Polled at every step boundary; true stops the loop: nothing is written
+  /// and the outcome says cancelled.
+  std::function<bool()> should_cancel;
+  int preview_every = 0;                               ///< > 0: a preview every N steps (needs the decoders)
+  std::function<void(const Preview&)> on_preview;
+};
+
+/// What a finished request produced.
+struct GenerateOutcome {
+  bool cancelled = false;       ///< stopped by should_cancel: no output was written
+  Shape latent_shape;           ///< final video latent [1, 48, T, h, w]
+  Shape audio_latent_shape;     ///< final audio latent [1, La, 64]
+  bool decoded = false;         ///< outputs were decoded and written (report valid)
+  OutputReport report;          ///< digests, shapes and sizes of the written outputs
+  int steps = 0;                ///< steps run
+  double denoise_ms = 0;        ///< wall time of the loop
+  double total_ms = 0;          ///< wall time of the whole run
+};
+
+}  // namespace magi2
