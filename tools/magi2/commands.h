@@ -25,6 +25,7 @@ Command forward_command();
 Command make_tiny_command();
 Command generate_command();
 Command encode_text_command();
+Command enhance_prompt_command();
 
 /// All subcommands, in help order.
 std::vector<Command> all_commands();
