@@ -9,8 +9,10 @@ packages=(build-essential cmake ninja-build ccache pkg-config
           nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libpcre2-dev libfftw3-dev libzip-dev
           libicu72   # ICU: loaded at run time by the tokenizer for NFC beyond its fast paths
           libpng-dev libjpeg62-turbo-dev libssl-dev libsndfile1-dev  # images (I2V input, PNG frames), SHA-256, WAV
+          libcpp-httplib-dev  # prompt enhancement: HTTP(S) client (built with OpenSSL)
           libavformat-dev libavcodec-dev libavutil-dev libswscale-dev  # MP4 (optional in CMake)
-          ffmpeg chromium)  # tests only: ffprobe checks the MP4s, headless Chromium plays them
+          ffmpeg chromium  # tests only: ffprobe checks the MP4s, headless Chromium plays them
+          openssl)  # tests only: a self-signed certificate for the https prompt-enhancement test
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

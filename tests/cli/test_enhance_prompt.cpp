@@ -236,6 +236,31 @@ TEST_F(EnhancePrompt, BadFlags) {
   EXPECT_TRUE(server_.seen().empty());
 }
 
+TEST(EnhancePromptHttps, VerifiesTheCertificate) {
+  // A self-signed certificate for 127.0.0.1: refused against the system
+  // trust store, accepted with --pe-ca-file.
+  const std::string dir = temp_dir("enhance_https");
+  std::string log;
+  ASSERT_EQ(run_command("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+                        "-addext subjectAltName=IP:127.0.0.1 -keyout " +
+                            dir + "/key.pem -out " + dir + "/cert.pem",
+                        &log),
+            0)
+      << log;
+  FakeOpenAI server(dir + "/cert.pem", dir + "/key.pem");
+  const auto [caption, md] = fixture("t2v");
+  server.script({{200, chat_answer(caption)}});
+  const std::string out = dir + "/out.md";
+  const std::string base = "--prompt fox --pe-base-url " + server.base_url() + " -o " + out;
+  expect_one_line_error(enhance(base), "certificate");
+  EXPECT_FALSE(fs::exists(out));
+  const CliRun r = enhance(base + " --pe-ca-file " + dir + "/cert.pem");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(slurp(out), md);
+  ASSERT_EQ(server.seen().size(), 1u);
+  EXPECT_EQ(server.seen()[0].authorization, "Bearer " + kKey);
+}
+
 TEST(EnhancePromptOffline, CaptionJsonRendersEveryFixture) {
   const std::string dir = temp_dir("enhance_offline");
   for (const auto& c : cases()) {

@@ -1,12 +1,14 @@
 // A loopback OpenAI-compatible endpoint for the prompt-enhancement tests: an
 // httplib::Server on 127.0.0.1 (a free port) that records every request and
-// answers from a scripted list (the last reply repeats).
+// answers from a scripted list (the last reply repeats). Given a certificate
+// and key (PEM files) it serves https instead.
 #pragma once
 
 #include <httplib.h>
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -42,7 +44,11 @@ class FakeOpenAI {
     std::string method, path, authorization, body;
   };
 
-  FakeOpenAI() {
+  FakeOpenAI(const std::string& cert_pem = "", const std::string& key_pem = "")
+      : server_ptr_(cert_pem.empty() ? std::make_unique<httplib::Server>()
+                                     : std::make_unique<httplib::SSLServer>(cert_pem.c_str(), key_pem.c_str())),
+        server_(*server_ptr_),
+        scheme_(cert_pem.empty() ? "http" : "https") {
     server_.Post(".*", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
@@ -62,8 +68,8 @@ class FakeOpenAI {
   }
 
   int port() const { return port_; }
-  /// "http://127.0.0.1:PORT/v1" (the usual OpenAI-compatible prefix).
-  std::string base_url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/v1"; }
+  /// "http[s]://127.0.0.1:PORT/v1" (the usual OpenAI-compatible prefix).
+  std::string base_url() const { return scheme_ + "://127.0.0.1:" + std::to_string(port_) + "/v1"; }
 
   void script(std::vector<FakeReply> replies) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -90,7 +96,9 @@ class FakeOpenAI {
     res.set_content(r.body, "application/json");
   }
 
-  httplib::Server server_;
+  std::unique_ptr<httplib::Server> server_ptr_;
+  httplib::Server& server_;
+  std::string scheme_;
   std::thread thread_;
   int port_ = -1;
   std::atomic<bool> stopping_{false};
