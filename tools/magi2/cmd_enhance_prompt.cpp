@@ -12,10 +12,10 @@
 #include "commands.h"
 #include "core/error.h"
 #include "io/mmap_file.h"
-#include "model_files.h"
+#include "engine/model_files.h"
 #include "pe_options.h"
 #include "prompt_enhance/caption_markdown.h"
-#include "text_conditioning.h"
+#include "engine/text_conditioning.h"
 
 namespace magi2::cli {
 

@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "io/mmap_file.h"
 #include "models/qwen35/tok_unicode.h"
-#include "text_conditioning.h"
+#include "engine/text_conditioning.h"
 
 namespace magi2::cli {
 
