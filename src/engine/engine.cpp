@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "media/png.h"
 #include "models/magi2_dit/dit.h"
+#include "models/qwen35/tok_unicode.h"
 #include "models/wan22_vae/encoder.h"
 #include "models/wan22_vae/weights.h"
 #include "pipeline/decode.h"
@@ -50,6 +51,25 @@ Tensor middle_frame(const Tensor& latent) {
   float* dst = out.data_as<float>();
   for (int64_t ch = 0; ch < c; ++ch) std::memcpy(dst + ch * hw, src + ch * t * hw, hw * sizeof(float));
   return out;
+}
+
+// The prompt-enhancement request of a prepared request (its prompt as given).
+pe::EnhanceRequest pe_request_of(const EngineOptions& o, const PreparedRequest& r) {
+  pe::EnhanceRequest q = o.prompt_enhancement_request;
+  q.prompt = r.prompt_before_enhancement;
+  q.image = r.params.image;
+  return q;
+}
+
+// The prompt file --save-prompt writes: the text verbatim, or for a .json
+// path a one-sample --samples file that replays it exactly (--prompt-file
+// strips surrounding whitespace, as the official reader, and the enhanced
+// Markdown ends in a newline).
+std::string saved_prompt(const GenerateParams& p) {
+  if (!p.save_prompt_path.ends_with(".json")) return p.prompt;
+  nlohmann::json sample = {{"prompt", p.prompt}};
+  if (!p.image.empty()) sample["image"] = p.image;
+  return nlohmann::json::array({sample}).dump(1) + "\n";
 }
 
 }  // namespace
@@ -131,6 +151,22 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
   r.latent.channels = cfg.arch.video_in_channels;
   r.latent.audio_channels = cfg.arch.audio_in_channels;
   const bool i2v = !p.image.empty();
+  // Prompt enhancement before anything is loaded for the request, so an
+  // endpoint fault costs no encoder or decoder loading (official
+  // pipeline.run: enhance_prompt, then evaluate).
+  if (p.enhance_prompt) {
+    const EngineOptions& o = s.config;
+    MAGI2_CHECK(!o.prompt_enhancement.base_url.empty(), p.label,
+                ": prompt enhancement was asked for, but no endpoint is configured (--pe-base-url)");
+    MAGI2_CHECK(!p.prompt.empty(), p.label, ": prompt enhancement needs a non-empty prompt");
+    r.prompt_before_enhancement = p.prompt;
+    try {
+      r.enhancement = pe::enhance_prompt(o.prompt_enhancement, pe_request_of(o, r));
+    } catch (const Error& e) {
+      throw Error(pe::redact(plain_json_message(e.what()), o.prompt_enhancement.api_key));
+    }
+    r.params.prompt = r.enhancement->markdown;
+  }
   const std::string wan_pth = (std::filesystem::path(s.model.root) / "vae" / "Wan2.2_VAE.pth").string();
   MAGI2_CHECK(!i2v || std::filesystem::is_regular_file(wan_pth), "--image needs the Wan2.2 VAE: model folder '",
               s.model.root, "' has no vae/Wan2.2_VAE.pth");
@@ -149,7 +185,7 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
   const auto t_p = Clock::now();
   if (encode) {
     // I2VA prompts get the <Figure 1> augmentation and yield the special token.
-    qwen35::TextFeatures f = encode_prompt(*s.enc, p.prompt, i2v, p.truncate, p.label);
+    qwen35::TextFeatures f = encode_prompt(*s.enc, r.params.prompt, i2v, p.truncate, p.label);
     r.cond = f.features;
     r.prompt_tokens = f.features.size(0);
     if (i2v) r.special_token = f.special_token;
@@ -224,6 +260,8 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
     }
     return !(cb.should_cancel && cb.should_cancel());
   };
+  if (cb.on_log && r.enhancement)
+    cb.on_log(pe::report_line(s.config.prompt_enhancement, pe_request_of(s.config, r), *r.enhancement));
   if (cb.on_log) {
     const std::string noise = p.noise.empty() ? str_cat("seed ", p.seed) : str_cat("noise from ", p.noise);
     std::string text = p.text_features.empty() ? str_cat(r.prompt_tokens, " prompt tokens")
@@ -255,6 +293,7 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
     return o;
   }
 
+  if (!p.save_prompt_path.empty()) write_file_atomic(p.save_prompt_path, saved_prompt(p));
   if (!p.latents_path.empty())
     write_safetensors(p.latents_path, {{"final_latent", g.latent}, {"final_audio_latent", g.audio_latent}});
   DecodeTimes dt;
@@ -290,11 +329,16 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
                           {"decode_video", dt.video_ms},
                           {"decode_audio", dt.audio_ms},
                           {"outputs", out_ms},
+                          {"prompt_enhancement", r.enhancement ? r.enhancement->ms : 0.0},
                           {"total", o.total_ms}}},
                         {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
                         {"seed", p.seed},
                         {"latents", p.latents_path.empty() ? nlohmann::json() : nlohmann::json(p.latents_path)}};
     if (o.decoded) m["outputs"] = o.report.to_json(p.outputs);
+    m["prompt_enhancement"] = r.enhancement ? pe::metrics_json(s.config.prompt_enhancement, pe_request_of(s.config, r),
+                                                               *r.enhancement)
+                                            : nlohmann::json();
+    m["prompt_chars"] = qwen35::utf8_decode(p.prompt, "prompt").size();
     write_file_atomic(p.metrics_path, m.dump(2) + "\n");
   }
   return o;

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/params.h"
@@ -29,6 +30,9 @@ struct PreparedRequest {
   int64_t prompt_tokens = 0;   ///< encoded prompt length (0 with text_features)
   double prompt_ms = 0;        ///< encoding time of the prompt
   double decoder_load_ms = 0;  ///< decoder loading this request caused (0 when already loaded)
+  /// Set when params.enhance_prompt: the enhancement (params.prompt then holds its Markdown).
+  std::optional<pe::EnhanceResult> enhancement;
+  std::string prompt_before_enhancement;  ///< the request's own prompt when enhanced
 };
 
 class Engine {

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "engine/model_files.h"
 
 namespace magi2 {
 
@@ -29,6 +30,11 @@ void validate(const GenerateParams& p) {
               "--output-width/--output-height resize decoded frames: give -o FILE.mp4 or --save-frames too");
   MAGI2_CHECK(decode || p.thumbnail_path.empty(), "a thumbnail needs a decoded output (MP4, frames or WAV)");
   if (decode) check_output_plan(p.outputs, p.pixel_width(), p.pixel_height());
+  MAGI2_CHECK(!p.enhance_prompt || p.text_features.empty(),
+              "--enhance-prompt rewrites a prompt: it cannot go with --text-features");
+  MAGI2_CHECK(p.save_prompt_path.empty() || p.text_features.empty(),
+              "--save-prompt writes the encoded prompt: it cannot go with --text-features");
+  check_output_path(p.save_prompt_path, "--save-prompt");
   if (!p.image.empty())
     MAGI2_CHECK(std::filesystem::is_regular_file(p.image), "--image ", p.image,
                 std::filesystem::is_directory(p.image) ? ": is a folder, not an image file" : ": no such file");

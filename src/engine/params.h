@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "engine/tiny_model.h"
 #include "media/outputs.h"
+#include "prompt_enhance/enhancer.h"
 
 namespace magi2 {
 
@@ -31,6 +32,12 @@ struct EngineOptions {
   bool encodes_text = true;
   int threads = 0;                   ///< CPU threads, 0 = all
   std::string device = "auto";       ///< compute device: "auto" | "cpu" | "cuda"
+  /// Prompt enhancement for requests with GenerateParams::enhance_prompt: the
+  /// OpenAI-compatible endpoint (empty base_url: none, such requests are refused)
+  /// and the request settings (model, template, max_tokens; prompt and image
+  /// are each request's). docs/prompt-enhancement.md.
+  pe::Endpoint prompt_enhancement;
+  pe::EnhanceRequest prompt_enhancement_request;
 };
 
 /// One generation request. Defaults are the CLI's.
@@ -57,6 +64,14 @@ struct GenerateParams {
   std::string thumbnail_path;    ///< PNG of the first decoded frame (needs a decoded output); "" = not written
   std::string latents_path;      ///< final latents (safetensors); "" = not written
   std::string metrics_path;      ///< metrics JSON; "" = not written
+  /// Rewrite `prompt` through EngineOptions::prompt_enhancement first (T2V, or
+  /// I2V with `image`); the enhanced Markdown is what the text encoder gets.
+  bool enhance_prompt = false;
+  /// The prompt the text encoder receives (after enhancement), written
+  /// atomically with the other outputs: the text verbatim, or for a .json path
+  /// a one-sample `--samples` file [{"prompt", "image"?}] that replays it
+  /// byte for byte. "" = not written.
+  std::string save_prompt_path;
 
   /// Width and height in pixels: width/height when given, else the resolution's.
   int64_t pixel_width() const;

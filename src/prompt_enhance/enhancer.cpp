@@ -119,4 +119,31 @@ EnhanceResult enhance_prompt(const Endpoint& ep, const EnhanceRequest& req) {
   return r;
 }
 
+namespace {
+
+size_t code_points(const std::string& s) { return qwen35::utf8_decode(s, "prompt").size(); }
+
+}  // namespace
+
+std::string report_line(const Endpoint& ep, const EnhanceRequest& req, const EnhanceResult& r) {
+  return str_cat("prompt enhancement: ", task_spec(r.task).name, " via ",
+                 redact(chat_completions_url(ep.base_url), ep.api_key), " (model ", req.model, "): ", r.call.attempts,
+                 r.call.attempts == 1 ? " attempt" : " attempts", ", HTTP ", r.call.status, ", ",
+                 static_cast<long long>(r.ms + 0.5), " ms; prompt ", code_points(req.prompt), " -> ",
+                 code_points(r.markdown), " chars");
+}
+
+nlohmann::json metrics_json(const Endpoint& ep, const EnhanceRequest& req, const EnhanceResult& r) {
+  return {{"task", task_spec(r.task).name},
+          {"endpoint", redact(chat_completions_url(ep.base_url), ep.api_key)},
+          {"model", req.model},
+          {"attempts", r.call.attempts},
+          {"http_status", r.call.status},
+          {"ms", r.ms},
+          {"wait_ms", r.call.waited_ms},
+          {"response_bytes", r.call.response_bytes},
+          {"prompt_chars", code_points(req.prompt)},
+          {"enhanced_chars", code_points(r.markdown)}};
+}
+
 }  // namespace magi2::pe

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "prompt_enhance/chat_client.h"
 #include "prompt_enhance/task.h"
 
@@ -55,5 +57,14 @@ PyJson caption_from_response(std::string_view body, Task task, std::string_view 
 /// Runs the whole enhancement against `ep`. Errors: those above and of
 /// post_chat_completion; nothing is written anywhere.
 EnhanceResult enhance_prompt(const Endpoint& ep, const EnhanceRequest& req);
+
+/// The one line that says PE ran: "prompt enhancement: t2v via URL (model M):
+/// 1 attempt, HTTP 200, 812 ms; prompt 42 -> 3120 chars" (chars are code
+/// points, as the official "PE done, prompt chars=" line). No secrets.
+std::string report_line(const Endpoint& ep, const EnhanceRequest& req, const EnhanceResult& r);
+
+/// The metrics entry: task, endpoint, model, attempts, http_status, ms,
+/// wait_ms, response_bytes, prompt_chars, enhanced_chars. No secrets.
+nlohmann::json metrics_json(const Endpoint& ep, const EnhanceRequest& req, const EnhanceResult& r);
 
 }  // namespace magi2::pe

@@ -68,8 +68,8 @@ int run_enhance_prompt(const EnhancePromptArgs& a) {
     const pe::EnhanceRequest req = pe_request(a.pe, prompt, a.image);
     const pe::EnhanceResult r = run_prompt_enhancement(ep, req);
     markdown = r.markdown;
-    report = pe_report_line(ep, req, r);
-    metrics = pe_metrics(ep, req, r);
+    report = pe::report_line(ep, req, r);
+    metrics = pe::metrics_json(ep, req, r);
   }
   if (!a.output.empty()) write_file_atomic(a.output, markdown);
   if (!a.metrics.empty()) write_file_atomic(a.metrics, nlohmann::json{{"prompt_enhancement", metrics}}.dump(2) + "\n");

@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/model_files.h"
 #include "engine/text_conditioning.h"
+#include "pe_options.h"
 #include "samples.h"
 
 namespace magi2::cli {
@@ -37,6 +38,9 @@ struct GenerateArgs {
   std::string text_encoder, negative_prompt;
   bool truncate = false;
   int threads = 0;
+  bool enhance_prompt = false;
+  std::string save_prompt;
+  PeArgs pe;
   CLI::Option* prompt_opt = nullptr;  // set by the parser: an empty --prompt '' still counts as given
 };
 
@@ -78,6 +82,10 @@ int run_generate(const GenerateArgs& a) {
   ec.text_encoder = a.text_encoder;
   ec.encodes_text = a.text_features.empty();
   ec.threads = a.threads;
+  if (a.enhance_prompt) {
+    ec.prompt_enhancement = pe_endpoint(a.pe);
+    ec.prompt_enhancement_request = pe_request(a.pe, "", "");
+  }
   GenerateParams base;
   base.text_features = a.text_features;
   base.negative_prompt = a.negative_prompt;
@@ -91,6 +99,8 @@ int run_generate(const GenerateArgs& a) {
   base.noise = a.noise;
   base.routing_override = a.routing_override;
   base.metrics_path = a.metrics;
+  base.enhance_prompt = a.enhance_prompt;
+  base.save_prompt_path = a.save_prompt;
   {
     const char* b = a.seed.data();
     const auto [end, ec_] = std::from_chars(b, b + a.seed.size(), base.seed);
@@ -133,6 +143,7 @@ int run_generate(const GenerateArgs& a) {
       p.seed = base.seed + i;
       if (!p.latents_path.empty()) p.latents_path = sample_output_path(base.latents_path, i);
       if (!p.metrics_path.empty()) p.metrics_path = sample_output_path(a.metrics, i);
+      if (!p.save_prompt_path.empty()) p.save_prompt_path = sample_output_path(a.save_prompt, i);
       p.outputs = plan_for_sample(outputs, i);
       jobs.push_back(std::move(p));
     }
@@ -243,6 +254,13 @@ Command generate_command() {
     s->add_option("--metrics", a.metrics, "write a metrics JSON (per-step ms, phases, peak memory)")
         ->envname("MAGI2_METRICS");
     s->add_option("--threads", a.threads, "CPU threads (0: all)")->envname("MAGI2_THREADS");
+    s->add_flag("--enhance-prompt", a.enhance_prompt,
+                "rewrite the prompt into the structured caption through an OpenAI-compatible endpoint (--pe-*)")
+        ->envname("MAGI2_ENHANCE_PROMPT");
+    s->add_option("--save-prompt", a.save_prompt,
+                  "write the prompt the text encoder receives (FILE.json: a --samples file that replays it exactly)")
+        ->envname("MAGI2_SAVE_PROMPT");
+    add_pe_options(s, a.pe);
     return s;
   };
   c.run = [args]() { return run_generate(*args); };

@@ -13,8 +13,6 @@ namespace magi2::cli {
 
 namespace {
 
-size_t code_points(const std::string& s) { return qwen35::utf8_decode(s, "prompt").size(); }
-
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
@@ -103,27 +101,6 @@ pe::EnhanceResult run_prompt_enhancement(const pe::Endpoint& ep, const pe::Enhan
   } catch (const Error& e) {
     throw Error(pe::redact(plain_json_message(e.what()), ep.api_key));
   }
-}
-
-std::string pe_report_line(const pe::Endpoint& ep, const pe::EnhanceRequest& req, const pe::EnhanceResult& r) {
-  return str_cat("prompt enhancement: ", pe::task_spec(r.task).name, " via ",
-                 pe::redact(pe::chat_completions_url(ep.base_url), ep.api_key), " (model ", req.model, "): ",
-                 r.call.attempts, r.call.attempts == 1 ? " attempt" : " attempts", ", HTTP ", r.call.status, ", ",
-                 static_cast<long long>(r.ms + 0.5), " ms; prompt ", code_points(req.prompt), " -> ",
-                 code_points(r.markdown), " chars");
-}
-
-nlohmann::json pe_metrics(const pe::Endpoint& ep, const pe::EnhanceRequest& req, const pe::EnhanceResult& r) {
-  return {{"task", pe::task_spec(r.task).name},
-          {"endpoint", pe::redact(pe::chat_completions_url(ep.base_url), ep.api_key)},
-          {"model", req.model},
-          {"attempts", r.call.attempts},
-          {"http_status", r.call.status},
-          {"ms", r.ms},
-          {"wait_ms", r.call.waited_ms},
-          {"response_bytes", r.call.response_bytes},
-          {"prompt_chars", code_points(req.prompt)},
-          {"enhanced_chars", code_points(r.markdown)}};
 }
 
 }  // namespace magi2::cli

@@ -1,13 +1,11 @@
 // The prompt-enhancement flags shared by `magi2 enhance-prompt` and
 // `magi2 generate --enhance-prompt`: one table (flag, MAGI2_* mirror, help),
-// resolved into the library's Endpoint / EnhanceRequest, plus the one-line
-// report and the metrics entry. The API key is read here and never printed.
+// resolved into the library's Endpoint / EnhanceRequest. The API key is read
+// here and never printed.
 #pragma once
 
 #include <cstddef>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "prompt_enhance/enhancer.h"
 
@@ -43,13 +41,5 @@ pe::EnhanceRequest pe_request(const PeArgs& a, const std::string& prompt, const 
 
 /// Runs the enhancement with CLI-friendly errors (JSON library tags removed).
 pe::EnhanceResult run_prompt_enhancement(const pe::Endpoint& ep, const pe::EnhanceRequest& req);
-
-/// "prompt enhancement: t2v via URL (model M): 1 attempt, HTTP 200, 812 ms; prompt 42 -> 3120 chars"
-/// (chars are code points, as the official "PE done, prompt chars=" line).
-std::string pe_report_line(const pe::Endpoint& ep, const pe::EnhanceRequest& req, const pe::EnhanceResult& r);
-
-/// The metrics entry: task, endpoint, model, attempts, http_status, ms,
-/// wait_ms, response_bytes, prompt_chars, enhanced_chars (no key).
-nlohmann::json pe_metrics(const pe::Endpoint& ep, const pe::EnhanceRequest& req, const pe::EnhanceResult& r);
 
 }  // namespace magi2::cli
