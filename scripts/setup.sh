@@ -31,6 +31,10 @@ if [ -n "${MAGI2_CUDA:-}" ]; then
 elif [ -x /usr/local/cuda/bin/nvcc ]; then
   cuda_flag=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
+# CUTLASS headers for the CUDA routed experts (pinned wheel, headers only, git-ignored .deps/).
+if [ "${MAGI2_CUDA:-}" != OFF ] && [ -x /usr/local/cuda/bin/nvcc ] && [ ! -f .deps/cutlass/cutlass_library/source/include/cutlass/cutlass.h ]; then
+  python3 -m pip install --quiet --no-deps --target .deps/cutlass nvidia-cutlass==4.2.0.0
+fi
 jobs=$(nproc)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flag[@]}" >/dev/null
 cmake --build build -j"$jobs"

@@ -45,10 +45,12 @@ class CudaBackend final : public Backend {
     cache_ = std::make_shared<DeviceCache>(device);
     workspace_ = cache_->get(kGemmWorkspace);
     linear_ = std::make_unique<LinearRunner>(workspace_.get(), kGemmWorkspace);
+    moe_ = std::make_unique<MoeExpertsRunner>([cache = cache_](size_t bytes) { return cache->get(bytes); });
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);  // pending ops may still use the workspace
     linear_.reset();
+    moe_.reset();
     cudaStreamDestroy(stream_);
   }
 
@@ -100,7 +102,7 @@ class CudaBackend final : public Backend {
   void mhc_pre(const MhcPreParams& p) override { cuda::mhc_pre(p, stream_); }
   void mhc_post_res(const MhcPostResParams& p) override { cuda::mhc_post_res(p, stream_); }
   void moe_route(const MoeRouteParams& p) override { cuda::moe_route(p, stream_); }
-  void moe_experts(const MoeExpertsParams& p) override { cuda::moe_experts(p, stream_); }
+  void moe_experts(const MoeExpertsParams& p) override { cuda::moe_experts(p, moe_.get(), stream_); }
   void gate(const GateParams& p) override { cuda::gate(p, stream_); }
   void add(const AddParams& p) override { cuda::add(p, stream_); }
   void cast(const CastParams& p) override { cuda::cast(p, stream_); }
@@ -140,6 +142,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<DeviceCache> cache_;
   std::shared_ptr<void> workspace_;
   std::unique_ptr<LinearRunner> linear_;
+  std::unique_ptr<MoeExpertsRunner> moe_;
 };
 
 CudaBackend& as_cuda(Backend& b) {

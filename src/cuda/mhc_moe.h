@@ -8,6 +8,10 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
+#include <memory>
+
+#include "cuda/moe_gemm.h"
 #include "ops/ops.h"
 
 namespace magi2::cuda {
@@ -21,8 +25,39 @@ void mhc_post_res(const MhcPostResParams& p, cudaStream_t s);
 /// MoeRouteParams on the device. Out-of-range forced indices are clamped to
 /// [0, E) without the CPU backend's error (checking them would need a host sync). moe.cu.
 void moe_route(const MoeRouteParams& p, cudaStream_t s);
-/// MoeExpertsParams on the device. A route whose expert index is outside
+/// Routed experts as grouped GEMMs on tensor cores (moe_grouped.cu): a
+/// deterministic counting sort of the routes by flat expert, the W13 and W2
+/// CUTLASS grouped GEMMs with device-side problem shapes, SwiGLU7 and the
+/// combine in ascending expert id. Owns its workspace (sort arrays, the routed
+/// rows [R, DH] bf16, the W13 output [R, 2 DE] bf16, the W2 output [R, DH]
+/// fp32 with R = T x MH x K), planned on the first call per shape; planning
+/// during graph capture is refused with a clear error. Within bf16 tolerance
+/// of the CPU reference (not bit-equal), bit-identical run to run.
+class MoeExpertsRunner {
+ public:
+  explicit MoeExpertsRunner(DeviceAlloc alloc);
+  ~MoeExpertsRunner();
+  MoeExpertsRunner(const MoeExpertsRunner&) = delete;
+  MoeExpertsRunner& operator=(const MoeExpertsRunner&) = delete;
+  /// Whether the grouped path handles these widths (multiples of 8, top-k <= 32, CUTLASS built in).
+  static bool supports(int64_t dh, int64_t de, int k);
+  /// Plans the workspace for this shape now (outside capture); run() does it when needed.
+  void plan(int64_t t, int mh, int ne, int k, int64_t dh, int64_t de, cudaStream_t s);
+  /// Enqueues the routed experts of checked params on `s`. `mark(i)` (optional,
+  /// for benchmarks) is called after stage i is enqueued: 0 sort + gather,
+  /// 1 W13, 2 SwiGLU7, 3 W2, 4 combine.
+  void run(const MoeExpertsParams& p, cudaStream_t s, const std::function<void(int)>& mark = {});
+
+ private:
+  struct Plan;
+  DeviceAlloc alloc_;
+  std::unique_ptr<Plan> plan_;
+};
+
+/// MoeExpertsParams on the device: through `grouped` when it supports the
+/// widths, else the scalar kernel that reproduces the CPU bit for bit (also
+/// the path with grouped = nullptr). A route whose expert index is outside
 /// [0, E) contributes nothing (the CPU backend throws instead; no host sync here). moe.cu.
-void moe_experts(const MoeExpertsParams& p, cudaStream_t s);
+void moe_experts(const MoeExpertsParams& p, MoeExpertsRunner* grouped, cudaStream_t s);
 
 }  // namespace magi2::cuda

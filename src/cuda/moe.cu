@@ -1,17 +1,14 @@
 // Multi-head MoE kernels of the CUDA backend: the sigmoid router with expert
-// bias and top-k (spec magi2-dit.md §8.2) and the routed experts with their
-// deterministic combination (§8.3-8.4). Both reproduce the CPU reference
-// (src/cpu/moe.cpp) bit for bit: the router's logits use dot_f32's 16-lane
-// order (device_fp.cuh), the top-k is the CPU comparator's total order
-// (descending, NaN first, lowest expert id on ties) computed as ranks, and
-// each expert GEMM output is one thread's sequential fp32 sum in the CPU's
-// index order (no FMA, --fmad=false), combined in ascending expert id.
-//
-// Phase 1 (correctness first): moe_experts runs one block per (token, MoE
-// head), so every route streams its expert's weights from L2/HBM with no
-// reuse across tokens; fine for tests and short runs, far from the grouped
-// GEMM the release model needs (docs/cuda.md "Next"). No host sync and no
-// float atomics: the routing stays on the device.
+// bias and top-k (spec magi2-dit.md §8.2) and the scalar routed-expert kernel
+// with its deterministic combination (§8.3-8.4); both reproduce the CPU
+// reference (src/cpu/moe.cpp) bit for bit: the router's logits use dot_f32's
+// 16-lane order (device_fp.cuh), the top-k the CPU comparator's total order
+// (descending, NaN first, lowest expert id on ties), and each scalar expert
+// output is one thread's sequential fp32 sum in the CPU's index order (no FMA,
+// --fmad=false), combined in ascending expert id. moe_experts hands supported
+// shapes to the tensor-core grouped GEMM path (moe_grouped.cu); the scalar
+// kernel (a block per (token, head), weights streamed per route) remains the
+// bit-exact fallback. No host sync and no float atomics.
 #include <cstdint>
 
 #include "cuda/cuda_common.h"
@@ -26,63 +23,141 @@ using namespace dev;
 
 constexpr int kMaxTopK = 32;  // route lists live in shared memory
 
-// The CPU's strict order: does expert a rank before expert b?
-__device__ __forceinline__ bool ranks_before(const float* sel, int a, int b) {
-  const bool na = isnan(sel[a]), nb = isnan(sel[b]);
+// The CPU's strict order: does expert a (selection score va) rank before expert b?
+__device__ __forceinline__ bool ranks_before(float va, int a, float vb, int b) {
+  const bool na = isnan(va), nb = isnan(vb);
   if (na || nb) return na && (!nb || a < b);
-  if (sel[a] != sel[b]) return sel[a] > sel[b];
+  if (va != vb) return va > vb;
   return a < b;
 }
 
-// One block per (token n, head h) = blockIdx.x = n * mh + h. Shared memory:
-// x [dh], score [ne], sel [ne], order [k + 1] (floats / ints).
-__global__ void moe_route_kernel(const uint16_t* __restrict__ r, int64_t ldr, const float* __restrict__ gate,
-                                 const float* __restrict__ bias, int32_t* __restrict__ idx_out,
-                                 float* __restrict__ w_out, const int32_t* __restrict__ forced,
-                                 float* __restrict__ margin, int64_t t, int mh, int ne, int k, int64_t dh,
-                                 float route_scale, bool normalize) {
+// Router tiling: a block holds kRouteTokens tokens of one head and walks the
+// head's experts in chunks of kRouteExperts. Each of the 256 threads owns one
+// dot-product lane (d = lane mod 16, dot_f32's partial sums) of an 8 x 8
+// (token, expert) tile, so every shared-memory load feeds 8 products; the 16
+// lanes of a half-warp then combine in dot_f32's tree (half_warp_tree).
+constexpr int kRouteTokens = 32;
+constexpr int kRouteExperts = 32;
+constexpr int kRouteThreads = 256;
+
+__host__ __device__ constexpr int route_ldx(int64_t dh) { return static_cast<int>(dh) + 2; }  // no bank conflicts
+
+size_t route_shared_bytes(int64_t dh, int ne) {
+  return (static_cast<size_t>(kRouteTokens + kRouteExperts) * route_ldx(dh) + static_cast<size_t>(kRouteTokens) * ne +
+          ne) * 4;
+}
+
+// Grid (ceil(T / kRouteTokens), MH). Shared memory: x [32][dh+2], a gate chunk
+// [32][dh+2], the sigmoid scores [32][ne], the head's bias [ne] (floats).
+__global__ void __launch_bounds__(kRouteThreads)
+    moe_route_kernel(const uint16_t* __restrict__ r, int64_t ldr, const float* __restrict__ gate,
+                     const float* __restrict__ bias, int32_t* __restrict__ idx_out, float* __restrict__ w_out,
+                     const int32_t* __restrict__ forced, float* __restrict__ margin, int64_t t, int ne, int k,
+                     int64_t dh, float route_scale, bool normalize) {
   extern __shared__ float smem[];
-  float* x = smem;
-  float* score = x + dh;
-  float* sel = score + ne;
-  int* order = reinterpret_cast<int*>(sel + ne);
-  const int64_t n = blockIdx.x / mh;
-  const int h = static_cast<int>(blockIdx.x % mh);
-  const uint16_t* rr = r + n * ldr + h * dh;
-  for (int64_t d = threadIdx.x; d < dh; d += blockDim.x) x[d] = bf16_to_f32(rr[d]);
-  __syncthreads();
-  for (int e = threadIdx.x; e < ne; e += blockDim.x) {
-    score[e] = sigmoid_f32(dot16(x, gate + (static_cast<int64_t>(h) * ne + e) * dh, dh));
-    sel[e] = score[e] + bias[h * ne + e];
+  __shared__ int order[kRouteThreads / 32][kMaxTopK + 1];
+  const int ldx = route_ldx(dh);
+  float* xs = smem;
+  float* gs = xs + kRouteTokens * ldx;
+  float* sc = gs + kRouteExperts * ldx;
+  float* bs = sc + kRouteTokens * ne;
+  const int h = blockIdx.y;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRouteTokens;
+  const int tid = threadIdx.x;
+  for (int64_t i = tid; i < kRouteTokens * dh; i += kRouteThreads) {
+    const int64_t tok = i / dh, d = i % dh, n = n0 + tok;
+    xs[tok * ldx + d] = n < t ? bf16_to_f32(r[n * ldr + h * dh + d]) : 0.f;
   }
-  __syncthreads();
-  // The order is total, so each expert's rank (how many rank before it) is its
-  // position in the CPU's partially sorted list.
-  const int take = k + 1 < ne ? k + 1 : ne;
-  for (int e = threadIdx.x; e < ne; e += blockDim.x) {
-    int rank = 0;
-    for (int a = 0; a < ne && rank < take; ++a) rank += ranks_before(sel, a, e) ? 1 : 0;
-    if (rank < take) order[rank] = e;
-  }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  const int64_t base = (static_cast<int64_t>(h) * t + n) * k;
-  if (margin != nullptr) margin[h * t + n] = k < ne ? sel[order[k - 1]] - sel[order[k]] : INFINITY;
-  int32_t* idx = idx_out + base;
-  for (int j = 0; j < k; ++j) {
-    int e = order[j];
-    if (forced != nullptr) {
-      e = forced[base + j];
-      e = e < 0 ? 0 : (e > ne - 1 ? ne - 1 : e);
+  for (int e = tid; e < ne; e += kRouteThreads) bs[e] = bias[h * ne + e];
+  const int lane = tid & 15, tile = tid >> 4, tg = tile & 3, eg = tile >> 2;
+  for (int e0 = 0; e0 < ne; e0 += kRouteExperts) {
+    __syncthreads();  // the previous chunk is consumed (and x is loaded)
+    for (int64_t i = tid; i < kRouteExperts * dh; i += kRouteThreads) {
+      const int64_t ee = i / dh, d = i % dh;
+      const int e = e0 + static_cast<int>(ee);
+      gs[ee * ldx + d] = e < ne ? gate[(static_cast<int64_t>(h) * ne + e) * dh + d] : 0.f;
     }
-    idx[j] = e;
+    __syncthreads();
+    float acc[8][8];
+#pragma unroll
+    for (int a = 0; a < 8; ++a)
+#pragma unroll
+      for (int b = 0; b < 8; ++b) acc[a][b] = 0.f;
+    const float* xt = xs + tg * 8 * ldx;
+    const float* gt = gs + eg * 8 * ldx;
+    for (int64_t d = lane; d < dh; d += 16) {
+      float xv[8], gv[8];
+#pragma unroll
+      for (int a = 0; a < 8; ++a) xv[a] = xt[a * ldx + d];
+#pragma unroll
+      for (int b = 0; b < 8; ++b) gv[b] = gt[b * ldx + d];
+#pragma unroll
+      for (int a = 0; a < 8; ++a)
+#pragma unroll
+        for (int b = 0; b < 8; ++b) acc[a][b] += xv[a] * gv[b];  // no FMA (--fmad=false), as the CPU
+    }
+#pragma unroll
+    for (int a = 0; a < 8; ++a)
+#pragma unroll
+      for (int b = 0; b < 8; ++b) {
+        const float v = half_warp_tree(acc[a][b]);
+        const int e = e0 + eg * 8 + b;
+        if (lane == 0 && e < ne) sc[(tg * 8 + a) * ne + e] = sigmoid_f32(v);
+      }
   }
-  float l1 = 0.f;
-  for (int j = 0; j < k; ++j) l1 += fabsf(score[idx[j]]);
-  const float denom = normalize ? ((l1 < 1e-12f) ? 1e-12f : l1) : 1.0f;  // std::max(l1, 1e-12f)
-  for (int j = 0; j < k; ++j) {
-    const float pn = normalize ? score[idx[j]] / denom : score[idx[j]];
-    w_out[base + j] = pn * route_scale;
+  __syncthreads();
+  // Top-(k+1) per token by one warp: the q-th pick is the best of the experts
+  // ranking after pick q-1 under the CPU's total order, so no marks are needed.
+  const int warp = tid >> 5, wl = tid & 31;
+  const int take = k + 1 < ne ? k + 1 : ne;
+  for (int tok = warp; tok < kRouteTokens; tok += kRouteThreads / 32) {
+    const int64_t n = n0 + tok;
+    if (n >= t) break;
+    const float* s = sc + tok * ne;
+    int prev = -1;
+    float prev_v = 0.f;
+    for (int q = 0; q < take; ++q) {
+      int best = -1;
+      float best_v = 0.f;
+      for (int e = wl; e < ne; e += 32) {
+        const float v = s[e] + bs[e];
+        if (prev >= 0 && !ranks_before(prev_v, prev, v, e)) continue;
+        if (best < 0 || ranks_before(v, e, best_v, best)) best = e, best_v = v;
+      }
+      for (int off = 16; off >= 1; off /= 2) {
+        const int ob = __shfl_xor_sync(0xffffffffu, best, off);
+        const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
+        if (ob >= 0 && (best < 0 || ranks_before(ov, ob, best_v, best))) best = ob, best_v = ov;
+      }
+      prev = best;
+      prev_v = best_v;
+      if (wl == 0) order[warp][q] = best;
+    }
+    __syncwarp();
+    if (wl == 0) {
+      const int64_t base = (static_cast<int64_t>(h) * t + n) * k;
+      if (margin != nullptr)
+        margin[h * t + n] = k < ne ? (s[order[warp][k - 1]] + bs[order[warp][k - 1]]) -
+                                         (s[order[warp][k]] + bs[order[warp][k]])
+                                   : INFINITY;
+      int32_t* idx = idx_out + base;
+      for (int j = 0; j < k; ++j) {
+        int e = order[warp][j];
+        if (forced != nullptr) {
+          e = forced[base + j];
+          e = e < 0 ? 0 : (e > ne - 1 ? ne - 1 : e);
+        }
+        idx[j] = e;
+      }
+      float l1 = 0.f;
+      for (int j = 0; j < k; ++j) l1 += fabsf(s[idx[j]]);
+      const float denom = normalize ? ((l1 < 1e-12f) ? 1e-12f : l1) : 1.0f;  // std::max(l1, 1e-12f)
+      for (int j = 0; j < k; ++j) {
+        const float pn = normalize ? s[idx[j]] / denom : s[idx[j]];
+        w_out[base + j] = pn * route_scale;
+      }
+    }
+    __syncwarp();
   }
 }
 
@@ -170,6 +245,7 @@ unsigned blocks_of(int64_t t, int mh, const char* what) {
 }
 
 constexpr size_t kMaxShared = 48 * 1024;  // without opting in to larger dynamic shared memory
+constexpr size_t kMaxOptInShared = 200 * 1024;  // sm90 allows 227 KiB per block after opting in
 
 }  // namespace
 
@@ -188,18 +264,26 @@ void moe_route(const MoeRouteParams& p, cudaStream_t s) {
   check_dev(p.weight, DType::F32, out_shape, "moe_route.weight");
   if (p.forced_idx.defined()) check_dev(p.forced_idx, DType::I32, out_shape, "forced routing");
   if (p.margin.defined()) check_dev(p.margin, DType::F32, Shape({mh, t}), "moe_route.margin");
-  const size_t shared = static_cast<size_t>(dh + 2 * ne + k + 1) * 4;
-  MAGI2_CHECK(shared <= kMaxShared, "moe_route: ", dh, " head dims and ", ne, " experts exceed shared memory");
+  MAGI2_CHECK(k <= kMaxTopK, "moe_route: top-", k, " exceeds the CUDA router's ", kMaxTopK);
+  const size_t shared = route_shared_bytes(dh, ne);
+  MAGI2_CHECK(shared <= kMaxOptInShared, "moe_route: ", dh, " head dims and ", ne, " experts exceed shared memory");
   if (t == 0) return;
-  const int threads = ne >= 256 ? 256 : ((ne + 31) / 32) * 32;
-  moe_route_kernel<<<blocks_of(t, mh, "moe_route"), threads, shared, s>>>(
+  static const bool opted_in = [] {  // not a stream operation: fine during graph capture
+    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kMaxOptInShared)));
+    return true;
+  }();
+  (void)opted_in;
+  const dim3 grid(static_cast<unsigned>((t + kRouteTokens - 1) / kRouteTokens), static_cast<unsigned>(mh));
+  MAGI2_CHECK(grid.x < (1u << 31), "moe_route: too many tokens (", t, ")");
+  moe_route_kernel<<<grid, kRouteThreads, shared, s>>>(
       ptr<const uint16_t>(p.r), p.r.row_stride(), ptr<const float>(p.gate), ptr<const float>(p.bias),
       ptr<int32_t>(p.idx), ptr<float>(p.weight), p.forced_idx.defined() ? ptr<const int32_t>(p.forced_idx) : nullptr,
-      p.margin.defined() ? ptr<float>(p.margin) : nullptr, t, mh, ne, k, dh, p.route_scale, p.normalize);
+      p.margin.defined() ? ptr<float>(p.margin) : nullptr, t, ne, k, dh, p.route_scale, p.normalize);
   MAGI2_CUDA_CHECK_LAUNCH("moe_route");
 }
 
-void moe_experts(const MoeExpertsParams& p, cudaStream_t s) {
+void moe_experts(const MoeExpertsParams& p, MoeExpertsRunner* grouped, cudaStream_t s) {
   const int mh = p.num_heads, ne = p.num_experts, k = p.top_k;
   MAGI2_CHECK(mh > 0 && ne > 0 && k > 0 && k <= kMaxTopK, "moe_experts: bad head/expert/top-k counts");
   MAGI2_CHECK(p.r.defined() && p.r.dim() == 2, "moe_experts.r: expected a 2-D tensor");
@@ -216,10 +300,14 @@ void moe_experts(const MoeExpertsParams& p, cudaStream_t s) {
   const Shape route_shape{mh, t, k};
   check_dev(p.idx, DType::I32, route_shape, "moe_experts.idx");
   check_dev(p.weight, DType::F32, route_shape, "moe_experts.weight");
+  if (t == 0) return;
+  if (grouped != nullptr && MoeExpertsRunner::supports(dh, de, k)) {
+    grouped->run(p, s);
+    return;
+  }
   const size_t shared = static_cast<size_t>(2 * dh + de) * 4;
   MAGI2_CHECK(shared <= kMaxShared, "moe_experts: ", dh, " head dims and ", de,
               " expert dims exceed shared memory");
-  if (t == 0) return;
   moe_experts_kernel<<<blocks_of(t, mh, "moe_experts"), 256, shared, s>>>(
       ptr<const uint16_t>(p.r), p.r.row_stride(), ptr<const uint16_t>(p.w_gate), ptr<const uint16_t>(p.w_up),
       ptr<const uint16_t>(p.w_down), ptr<const int32_t>(p.idx), ptr<const float>(p.weight), ptr<uint16_t>(p.out),

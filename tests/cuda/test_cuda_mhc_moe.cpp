@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/backend_cuda.h"
+#include "cuda/mhc_moe.h"
 #include "cuda_fixture.h"
 #include "ops/ops.h"
 
@@ -120,7 +121,7 @@ struct RouteCase {
 };
 
 TEST_F(CudaMhcMoeTest, MoeRouteMatchesCpuBitForBit) {
-  for (const RouteCase rc : {RouteCase{127, 64, 4, 16, 4}, RouteCase{1000, 256, 12, 256, 6}}) {
+  for (const RouteCase rc : {RouteCase{127, 64, 4, 16, 4}, RouteCase{45, 40, 3, 20, 3}, RouteCase{1000, 256, 12, 256, 6}}) {
     const int64_t t = rc.t, dh = rc.dh;
     const int mh = rc.mh, ne = rc.ne, k = rc.k;
     std::printf("[T=%lld heads=%d experts=%d d_head=%lld top-%d]\n", static_cast<long long>(t), mh, ne,
@@ -180,7 +181,8 @@ struct ExpertCase {
   int mh, ne, k;
 };
 
-TEST_F(CudaMhcMoeTest, MoeExpertsMatchCpuBitForBit) {
+// The scalar expert kernel (the grouped GEMM path is tested in test_cuda_moe_grouped.cpp).
+TEST_F(CudaMhcMoeTest, MoeExpertsExactKernelMatchesCpuBitForBit) {
   for (const ExpertCase ec : {ExpertCase{127, 64, 64, 4, 16, 4}, ExpertCase{128, 256, 1280, 4, 16, 6}}) {
     const int64_t t = ec.t, dh = ec.dh, de = ec.de;
     const int mh = ec.mh, ne = ec.ne, k = ec.k;
@@ -209,12 +211,13 @@ TEST_F(CudaMhcMoeTest, MoeExpertsMatchCpuBitForBit) {
     const MoeExpertsParams pg{.r = up(rb).slice_cols(2, 2 + mh * dh), .w_gate = up(w_gate), .w_up = up(w_up),
                               .w_down = up(w_down), .idx = up(idx), .weight = up(weight),
                               .out = og.slice_cols(4, 4 + mh * dh), .num_heads = mh, .num_experts = ne, .top_k = k};
-    gpu_->moe_experts(pg);
+    const auto stream = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
+    cuda::moe_experts(pg, nullptr, stream);
     const Tensor first = down(og.slice_cols(4, 4 + mh * dh));
     EXPECT_EQ(count_diff(first, oc, "moe_experts"), 0);
     cuda_synchronize(*gpu_);
     const auto t0 = std::chrono::steady_clock::now();
-    gpu_->moe_experts(pg);
+    cuda::moe_experts(pg, nullptr, stream);
     cuda_synchronize(*gpu_);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::printf("  second run %.3f ms (not asserted)\n", ms);

@@ -1,0 +1,238 @@
+// Times the CUDA multi-head MoE pieces at the release shapes (12 heads x 256
+// experts, top-6, d_head 256, d_expert 1280) with random weights and natural
+// routing: the router, the routed experts (sort + gather, W13, SwiGLU7, W2,
+// combine and the total), the same with skewed forced routing (one expert
+// taking 8,192 rows), and one mHC branch boundary pair at D = 3072; next to a
+// cuBLASLt bf16 8192^3 GEMM of the same run. Not a test: prints a markdown
+// table (docs/perf.md). Usage: bench_moe [tokens ...] (default 29872 115888,
+// the 272p and 540p packings of ../shared/perf-anchor.md).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "cuda/backend_cuda.h"
+#include "cuda/cuda_common.h"
+#include "cuda/mhc_moe.h"
+#include "ops/ops.h"
+
+namespace magi2 {
+namespace {
+
+constexpr int kHeads = 12, kExperts = 256, kTopK = 6;
+constexpr int64_t kDh = 256, kDe = 1280, kD = 3072;
+constexpr int kWarm = 3, kReps = 11;
+
+struct Bench {
+  std::unique_ptr<Backend> be = make_cuda_backend(0);
+  cudaStream_t s = static_cast<cudaStream_t>(cuda_stream_of(*be));
+  std::mt19937 rng{2026};
+
+  // A device tensor of uniform values in [-scale, scale), a 16 M-element random
+  // pattern repeated (enough variety for timing, fast to make).
+  Tensor fill(const Shape& shape, DType dt, float scale) {
+    Tensor d = be->alloc(shape, dt);
+    const int64_t n = d.numel(), chunk = std::min<int64_t>(n, int64_t{1} << 24);
+    const size_t es = dtype_size(dt);
+    std::vector<uint8_t> host(static_cast<size_t>(chunk) * es);
+    std::uniform_real_distribution<float> u(-scale, scale);
+    for (int64_t i = 0; i < chunk; ++i) {
+      const float v = u(rng);
+      if (dt == DType::F32)
+        reinterpret_cast<float*>(host.data())[i] = v;
+      else
+        reinterpret_cast<uint16_t*>(host.data())[i] = f32_to_bf16_bits(v);
+    }
+    for (int64_t o = 0; o < n; o += chunk) {
+      const int64_t m = std::min(chunk, n - o);
+      MAGI2_CUDA_CHECK(cudaMemcpy(static_cast<uint8_t*>(d.data()) + o * es, host.data(), m * es,
+                                  cudaMemcpyHostToDevice));
+    }
+    return d;
+  }
+
+  // Median milliseconds of f (CUDA events), kReps runs after kWarm warm-ups.
+  double median_ms(const std::function<void()>& f) {
+    for (int i = 0; i < kWarm; ++i) f();
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<float> ms;
+    for (int i = 0; i < kReps; ++i) {
+      cudaEventRecord(e0, s);
+      f();
+      cudaEventRecord(e1, s);
+      cudaEventSynchronize(e1);
+      float v = 0;
+      cudaEventElapsedTime(&v, e0, e1);
+      ms.push_back(v);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+
+  // Per-stage medians of the grouped experts (events at the runner's marks).
+  std::vector<double> stage_ms(cuda::MoeExpertsRunner& run, const MoeExpertsParams& p) {
+    std::vector<cudaEvent_t> ev(6);
+    for (auto& e : ev) cudaEventCreate(&e);
+    std::vector<std::vector<float>> ms(6);
+    for (int i = 0; i < kWarm + kReps; ++i) {
+      cudaEventRecord(ev[0], s);
+      run.run(p, s, [&](int stage) { cudaEventRecord(ev[stage + 1], s); });
+      cudaEventSynchronize(ev[5]);
+      if (i < kWarm) continue;
+      for (int j = 0; j < 5; ++j) {
+        float v = 0;
+        cudaEventElapsedTime(&v, ev[j], ev[j + 1]);
+        ms[j].push_back(v);
+      }
+      float v = 0;
+      cudaEventElapsedTime(&v, ev[0], ev[5]);
+      ms[5].push_back(v);
+    }
+    for (auto& e : ev) cudaEventDestroy(e);
+    std::vector<double> med;
+    for (auto& m : ms) {
+      std::sort(m.begin(), m.end());
+      med.push_back(m[m.size() / 2]);
+    }
+    return med;
+  }
+};
+
+void row(const char* what, double ms, double flop, double ceiling) {
+  if (flop > 0) {
+    const double tf = flop / ms * 1e-9;
+    std::printf("| %s | %.3f | %.0f | %.2f |\n", what, ms, tf, tf / ceiling);
+  } else {
+    std::printf("| %s | %.3f | - | - |\n", what, ms);
+  }
+}
+
+int run(int argc, char** argv) {
+  std::vector<int64_t> tokens;
+  for (int i = 1; i < argc; ++i) {
+    char* end = nullptr;
+    const long long v = std::strtoll(argv[i], &end, 10);
+    MAGI2_CHECK(end != argv[i] && *end == '\0' && v > 0, "bench_moe: token count '", argv[i],
+                "' is not a positive integer");
+    tokens.push_back(v);
+  }
+  if (tokens.empty()) tokens = {29872, 115888};
+  Bench b;
+  const int64_t nf = int64_t{kHeads} * kExperts;
+
+  // Same-run ceiling: cuBLASLt bf16 8192^3 through the backend's linear.
+  double ceiling = 0;
+  {
+    Tensor x = b.fill({8192, 8192}, DType::BF16, 1.f), w = b.fill({8192, 8192}, DType::BF16, 0.02f);
+    Tensor y = b.be->alloc({8192, 8192}, DType::BF16);
+    const double ms = b.median_ms([&] { b.be->linear({.x = x, .w = w, .y = y, .groups = Groups::single(8192)}); });
+    ceiling = 2.0 * 8192.0 * 8192.0 * 8192.0 / ms * 1e-9;
+    std::printf("cuBLASLt bf16 8192^3: %.3f ms, %.0f TFLOP/s (the ceiling column's unit)\n", ms, ceiling);
+  }
+
+  const float ga = 1.7f / std::sqrt(static_cast<float>(kDh));
+  Tensor gate = b.fill({nf, kDh}, DType::F32, ga), bias = b.fill({nf}, DType::F32, 0.05f);
+  Tensor w_gate = b.fill({nf, kDh, kDe}, DType::BF16, 3.f / std::sqrt(static_cast<float>(kDh)));
+  Tensor w_up = b.fill({nf, kDh, kDe}, DType::BF16, 3.f / std::sqrt(static_cast<float>(kDh)));
+  Tensor w_down = b.fill({nf, kDe, kDh}, DType::BF16, 1.7f / std::sqrt(static_cast<float>(kDe)));
+  cuda::MoeExpertsRunner runner([&](size_t bytes) {
+    void* p = nullptr;
+    MAGI2_CUDA_CHECK(cudaMalloc(&p, bytes));
+    return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  });
+
+  for (const int64_t t : tokens) {
+    std::printf("\n### %lld tokens (%d heads x %d experts, top-%d, d_head %lld, d_expert %lld)\n\n",
+                static_cast<long long>(t), kHeads, kExperts, kTopK, static_cast<long long>(kDh),
+                static_cast<long long>(kDe));
+    std::printf("| stage | ms (median of %d) | TFLOP/s | of cuBLASLt 8192^3 |\n|---|---:|---:|---:|\n", kReps);
+    Tensor r = b.fill({t, kHeads * kDh}, DType::BF16, 2.f);
+    Tensor idx = b.be->alloc({kHeads, t, kTopK}, DType::I32), wt = b.be->alloc({kHeads, t, kTopK}, DType::F32);
+    Tensor out = b.be->alloc({t, kHeads * kDh}, DType::BF16);
+    const MoeRouteParams rp{.r = r, .gate = gate, .bias = bias, .idx = idx, .weight = wt, .num_heads = kHeads,
+                            .num_experts = kExperts, .top_k = kTopK, .route_scale = 4.9f};
+    row("router (logits fp32, top-6, weights)", b.median_ms([&] { b.be->moe_route(rp); }),
+        2.0 * t * nf * kDh, ceiling);
+    const MoeExpertsParams ep{.r = r, .w_gate = w_gate, .w_up = w_up, .w_down = w_down, .idx = idx, .weight = wt,
+                              .out = out, .num_heads = kHeads, .num_experts = kExperts, .top_k = kTopK};
+    const double rows = static_cast<double>(t) * kHeads * kTopK;
+    const double f13 = 2.0 * rows * kDh * 2 * kDe, f2 = 2.0 * rows * kDe * kDh;
+    auto experts_rows = [&](const char* tag, const std::vector<double>& m) {
+      const std::string p = tag;
+      row((p + "sort + gather").c_str(), m[0], 0, ceiling);
+      row((p + "W13 grouped GEMM").c_str(), m[1], f13, ceiling);
+      row((p + "SwiGLU7").c_str(), m[2], 0, ceiling);
+      row((p + "W2 grouped GEMM").c_str(), m[3], f2, ceiling);
+      row((p + "combine").c_str(), m[4], 0, ceiling);
+      row((p + "routed experts total").c_str(), m[5], f13 + f2, ceiling);
+    };
+    experts_rows("natural: ", b.stage_ms(runner, ep));
+
+    // Skewed: forced routing, distinct experts per (head, token), expert 0 of
+    // head 0 taking the first route of the first 8,192 tokens.
+    {
+      Tensor forced = Tensor::empty({kHeads, t, kTopK}, DType::I32);
+      std::vector<int32_t> perm(kExperts);
+      for (int64_t i = 0; i < kHeads * t; ++i) {
+        std::iota(perm.begin(), perm.end(), 0);
+        for (int j = 0; j < kTopK; ++j) std::swap(perm[j], perm[j + b.rng() % (kExperts - j)]);
+        if (i < std::min<int64_t>(t, 8192)) std::swap(perm[0], *std::find(perm.begin(), perm.end(), 0));
+        std::copy(perm.begin(), perm.begin() + kTopK, forced.data_as<int32_t>() + i * kTopK);
+      }
+      Tensor fd = b.be->alloc(forced.shape(), DType::I32);
+      b.be->copy({.src = forced, .dst = fd});
+      MoeRouteParams fp = rp;
+      fp.forced_idx = fd;
+      b.be->moe_route(fp);
+      experts_rows("skewed (8,192 rows on one expert): ", b.stage_ms(runner, ep));
+    }
+
+    // One mHC boundary pair (logits + pre before a branch, post + residual after).
+    {
+      Tensor state = b.fill({t, 4 * kD}, DType::BF16, 1.f), o = b.fill({t, kD}, DType::BF16, 1.f);
+      Tensor norm_w = b.fill({4 * kD}, DType::F32, 0.1f), phi = b.fill({4 * kD, 24}, DType::F32, 0.02f);
+      Tensor logits = b.be->alloc({t, 24}, DType::F32), a = b.be->alloc({t, kD}, DType::BF16);
+      MhcBranchWeights mw{.alpha_pre = b.fill({1}, DType::F32, 1.f), .alpha_post = b.fill({1}, DType::F32, 1.f),
+                          .alpha_res = b.fill({1}, DType::F32, 1.f), .bias_pre = b.fill({4}, DType::F32, 1.f),
+                          .bias_post = b.fill({4}, DType::F32, 1.f), .bias_res = b.fill({4, 4}, DType::F32, 1.f)};
+      const float c = 1.0f / std::sqrt(static_cast<float>(4 * kD));
+      const double pre = b.median_ms([&] {
+        b.be->mhc_logits({.state = state, .norm_w = norm_w, .phi = phi, .logits = logits, .groups = Groups::single(t)});
+        b.be->mhc_pre({.state = state, .logits = logits, .w = &mw, .a = a, .c = c});
+      });
+      const double post =
+          b.median_ms([&] { b.be->mhc_post_res({.state = state, .o = o, .logits = logits, .w = &mw, .c = c}); });
+      row("mHC logits + pre (one branch)", pre, 2.0 * t * 4 * kD * 24, ceiling);
+      row("mHC post + residual (one branch)", post, 0, ceiling);
+      row("mHC, both branches of a layer", 2 * (pre + post), 0, ceiling);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace magi2
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured (pipes buffer fully)
+  try {
+    return magi2::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_moe: %s\n", e.what());
+    return 1;
+  }
+}

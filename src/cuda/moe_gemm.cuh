@@ -1,0 +1,169 @@
+// The one CUTLASS configuration of the expert-bank grouped GEMM (moe_gemm.h),
+// included by one .cu file per output type: sm90 ptr-array grouped GEMM,
+// cooperative warp-specialised, 128 x 256 x 64 tiles, 2 x 1 clusters (the best
+// of the configurations measured at the release shapes, ../shared/cuda-design.md),
+// bf16 operands (A row-major, B [k, n] row-major as the checkpoint stores the
+// banks), fp32 accumulation, no C operand. Needs -DNDEBUG and sm_90a.
+#pragma once
+
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/group_array_problem_shape.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/util/packed_stride.hpp>
+
+#include <cute/tensor.hpp>
+
+#include "core/error.h"
+#include "cuda/cuda_common.h"
+#include "cuda/moe_gemm.h"
+
+namespace magi2::cuda::moe_gemm {
+
+using cute::_0;
+using cute::_1;
+using cute::_2;
+using cute::_64;
+using cute::_128;
+using cute::_256;
+using cute::make_shape;
+
+template <class ElementD>
+struct Config {
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+  using ElementA = cutlass::bfloat16_t;
+  using ElementB = cutlass::bfloat16_t;
+  using LayoutA = cutlass::layout::RowMajor;
+  using LayoutB = cutlass::layout::RowMajor;
+  using LayoutD = cutlass::layout::RowMajor;
+  static constexpr int kAlignA = 8, kAlignB = 8;
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  using TileShape = cute::Shape<_128, _256, _64>;
+  using ClusterShape = cute::Shape<_2, _1, _1>;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*,
+      kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignA, ElementB, LayoutB*, kAlignB,
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  using Shape3 = typename ProblemShape::UnderlyingProblemShape;
+};
+
+// Per-group arrays, filled on the device from the expert offsets (no host sync).
+template <class C, class ElementD>
+__global__ void fill_groups(const int32_t* __restrict__ offsets, int experts, int parts, int n, int k, int64_t lda,
+                            int64_t ldd, const cutlass::bfloat16_t* a, const cutlass::bfloat16_t* b0,
+                            const cutlass::bfloat16_t* b1, ElementD* d, typename C::Shape3* shapes,
+                            const cutlass::bfloat16_t** pa, const cutlass::bfloat16_t** pb, ElementD** pd,
+                            typename C::StrideA* sa, typename C::StrideB* sb, typename C::StrideD* sd,
+                            typename C::StrideA va, typename C::StrideB vb, typename C::StrideD vd) {
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= experts * parts) return;
+  const int f = g / parts, s = g % parts;
+  const int64_t row = offsets[f];
+  shapes[g] = make_shape(offsets[f + 1] - offsets[f], n, k);
+  pa[g] = a + row * lda;
+  pb[g] = (s == 0 ? b0 : b1) + static_cast<int64_t>(f) * k * n;
+  pd[g] = d + row * ldd + static_cast<int64_t>(s) * n;
+  sa[g] = va;
+  sb[g] = vb;
+  sd[g] = vd;
+}
+
+template <class ElementD>
+class Runner final : public ExpertGemm {
+  using C = Config<ElementD>;
+
+ public:
+  Runner(const ExpertGemmShape& sh, const DeviceAlloc& alloc) : sh_(sh) {
+    MAGI2_CHECK(sh.experts > 0 && (sh.parts == 1 || sh.parts == 2) && sh.n > 0 && sh.k > 0,
+                "expert GEMM: bad shape");
+    MAGI2_CHECK(sh.n % 8 == 0 && sh.k % 8 == 0 && sh.lda % 8 == 0 && sh.ldd % C::kAlignD == 0,
+                "expert GEMM: widths must be multiples of 8 (n ", sh.n, ", k ", sh.k, ")");
+    groups_ = sh.experts * sh.parts;
+    const size_t g = static_cast<size_t>(groups_);
+    auto take = [&](size_t bytes) {
+      std::shared_ptr<void> p = alloc((bytes + 255) / 256 * 256);
+      blocks_.push_back(p);
+      return p.get();
+    };
+    shapes_ = static_cast<typename C::Shape3*>(take(g * sizeof(typename C::Shape3)));
+    pa_ = static_cast<const cutlass::bfloat16_t**>(take(g * sizeof(void*)));
+    pb_ = static_cast<const cutlass::bfloat16_t**>(take(g * sizeof(void*)));
+    pd_ = static_cast<ElementD**>(take(g * sizeof(void*)));
+    sa_ = static_cast<typename C::StrideA*>(take(g * sizeof(typename C::StrideA)));
+    sb_ = static_cast<typename C::StrideB*>(take(g * sizeof(typename C::StrideB)));
+    sd_ = static_cast<typename C::StrideD*>(take(g * sizeof(typename C::StrideD)));
+    // Packed strides with the given leading dimensions (the batch extent is 1).
+    va_ = cutlass::make_cute_packed_stride(typename C::StrideA{}, make_shape(1, static_cast<int>(sh.lda), 1));
+    vb_ = cutlass::make_cute_packed_stride(typename C::StrideB{}, make_shape(static_cast<int>(sh.n),
+                                                                             static_cast<int>(sh.k), 1));
+    vd_ = cutlass::make_cute_packed_stride(typename C::StrideD{}, make_shape(1, static_cast<int>(sh.ldd), 1));
+    int device = 0;
+    MAGI2_CUDA_CHECK(cudaGetDevice(&device));
+    cutlass::KernelHardwareInfo hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename C::Kernel>(device);
+    typename C::Gemm::Arguments args;
+    decltype(args.epilogue.thread) fusion;
+    fusion.alpha = 1.f;
+    fusion.beta = 0.f;
+    fusion.alpha_ptr = nullptr;
+    fusion.beta_ptr = nullptr;
+    fusion.alpha_ptr_array = nullptr;
+    fusion.beta_ptr_array = nullptr;
+    fusion.dAlpha = {_0{}, _0{}, 0};
+    fusion.dBeta = {_0{}, _0{}, 0};
+    args = typename C::Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGrouped,
+                                       {groups_, shapes_, nullptr},
+                                       {pa_, sa_, pb_, sb_},
+                                       {fusion, nullptr, nullptr, pd_, sd_},
+                                       hw};
+    MAGI2_CHECK(gemm_.can_implement(args) == cutlass::Status::kSuccess, "expert GEMM: CUTLASS cannot run n ", sh.n,
+                ", k ", sh.k);
+    const size_t ws = C::Gemm::get_workspace_size(args);
+    void* wsp = ws > 0 ? take(ws) : nullptr;
+    MAGI2_CHECK(gemm_.initialize(args, wsp) == cutlass::Status::kSuccess, "expert GEMM: CUTLASS initialisation failed");
+  }
+
+  void run(const int32_t* offsets, const void* a, const void* const* b, void* d, cudaStream_t s) override {
+    const int threads = 256;
+    fill_groups<C, ElementD><<<(groups_ + threads - 1) / threads, threads, 0, s>>>(
+        offsets, sh_.experts, sh_.parts, static_cast<int>(sh_.n), static_cast<int>(sh_.k), sh_.lda, sh_.ldd,
+        static_cast<const cutlass::bfloat16_t*>(a), static_cast<const cutlass::bfloat16_t*>(b[0]),
+        static_cast<const cutlass::bfloat16_t*>(sh_.parts > 1 ? b[1] : b[0]), static_cast<ElementD*>(d), shapes_,
+        pa_, pb_, pd_, sa_, sb_, sd_, va_, vb_, vd_);
+    MAGI2_CUDA_CHECK_LAUNCH("expert GEMM arrays");
+    MAGI2_CHECK(gemm_.run(s) == cutlass::Status::kSuccess, "expert GEMM: CUTLASS launch failed");
+    MAGI2_CUDA_CHECK_LAUNCH("expert GEMM");
+  }
+
+ private:
+  ExpertGemmShape sh_;
+  int groups_ = 0;
+  std::vector<std::shared_ptr<void>> blocks_;
+  typename C::Shape3* shapes_ = nullptr;
+  const cutlass::bfloat16_t** pa_ = nullptr;
+  const cutlass::bfloat16_t** pb_ = nullptr;
+  ElementD** pd_ = nullptr;
+  typename C::StrideA* sa_ = nullptr;
+  typename C::StrideB* sb_ = nullptr;
+  typename C::StrideD* sd_ = nullptr;
+  typename C::StrideA va_{};
+  typename C::StrideB vb_{};
+  typename C::StrideD vd_{};
+  typename C::Gemm gemm_;
+};
+
+}  // namespace magi2::cuda::moe_gemm

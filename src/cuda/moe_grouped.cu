@@ -1,0 +1,299 @@
+// Routed experts as grouped GEMMs (spec magi2-dit.md §8.3-8.4): a counting
+// sort of the routes into flat-expert order, a gather of the routed rows, the
+// W13 grouped GEMM (gate and up), SwiGLU7 in place, the W2 grouped GEMM (fp32
+// out) and the deterministic combine. Everything stays on the device (no host
+// sync), so a planned call is capturable into a CUDA graph.
+//
+// Order and determinism: expert f's rows are its routes (t, j) in ascending
+// token then slot (the official CSR order), built without order-changing
+// atomics: per chunk of kChunk routes of one head, a histogram (integer
+// counts), an exclusive scan over chunks and over experts, then each route's
+// rank among the earlier routes of its chunk with the same expert. The combine
+// sums a (token, head)'s routes in ascending (expert id, slot) with fp32
+// accumulation and one bf16 rounding, as the CPU reference. It differs from
+// the reference only in the GEMM's fp32 summation order and in G/U being
+// rounded to bf16 before SwiGLU7 (the tests bound it by bf16 tolerances).
+#include <cstdint>
+
+#include "cuda/cuda_common.h"
+#include "cuda/device_fp.cuh"
+#include "cuda/mhc_moe.h"
+#include "cuda/moe_gemm.h"
+
+namespace magi2::cuda {
+
+namespace {
+
+using namespace dev;
+
+constexpr int kChunk = 256;  // routes per sort chunk = threads per sort block
+constexpr int kScanThreads = 1024;
+constexpr int kMaxK = 32;
+
+// Grid (chunks, MH): integer histogram of one chunk of head h's routes.
+__global__ void route_hist(const int32_t* __restrict__ idx, int64_t routes, int ne, int chunks,
+                           int32_t* __restrict__ cnt) {
+  extern __shared__ int hist[];
+  const int h = blockIdx.y, c = blockIdx.x;
+  for (int e = threadIdx.x; e < ne; e += blockDim.x) hist[e] = 0;
+  __syncthreads();
+  const int64_t i = static_cast<int64_t>(c) * kChunk + threadIdx.x;
+  if (i < routes) {
+    const int e = idx[h * routes + i];
+    if (e >= 0 && e < ne) atomicAdd(&hist[e], 1);  // integer counts: order-independent
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < ne; e += blockDim.x) cnt[(static_cast<int64_t>(h) * chunks + c) * ne + e] = hist[e];
+}
+
+// One thread per flat expert f = h * ne + e: exclusive scan of its chunk counts
+// in place (chunk order = route order), total[f] = its route count.
+__global__ void route_chunk_scan(int32_t* __restrict__ cnt, int mh, int ne, int chunks, int32_t* __restrict__ total) {
+  const int f = blockIdx.x * blockDim.x + threadIdx.x;
+  if (f >= mh * ne) return;
+  const int h = f / ne, e = f % ne;
+  int32_t run = 0;
+  for (int c = 0; c < chunks; ++c) {
+    int32_t* p = cnt + (static_cast<int64_t>(h) * chunks + c) * ne + e;
+    const int32_t v = *p;
+    *p = run;
+    run += v;
+  }
+  total[f] = run;
+}
+
+// One block: offsets[f] = sum of total[0 .. f), offsets[F] = all routes.
+__global__ void route_expert_scan(const int32_t* __restrict__ total, int nf, int32_t* __restrict__ offsets) {
+  __shared__ int32_t part[kScanThreads];
+  const int per = (nf + kScanThreads - 1) / kScanThreads;
+  const int b = threadIdx.x * per, e = min(b + per, nf);
+  int32_t s = 0;
+  for (int i = b; i < e; ++i) s += total[i];
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int off = 1; off < kScanThreads; off *= 2) {  // inclusive Hillis-Steele scan
+    const int32_t v = threadIdx.x >= off ? part[threadIdx.x - off] : 0;
+    __syncthreads();
+    part[threadIdx.x] += v;
+    __syncthreads();
+  }
+  int32_t run = part[threadIdx.x] - s;
+  for (int i = b; i < e; ++i) {
+    offsets[i] = run;
+    run += total[i];
+  }
+  if (threadIdx.x == kScanThreads - 1) offsets[nf] = part[kScanThreads - 1];
+}
+
+// Grid (chunks, MH), kChunk threads: each route's row in expert order (-1 for an
+// expert index outside [0, ne)), and the source row (token * MH + head) of each row.
+__global__ void route_scatter(const int32_t* __restrict__ idx, int64_t routes, int k, int mh, int ne, int chunks,
+                              const int32_t* __restrict__ cnt, const int32_t* __restrict__ offsets,
+                              int32_t* __restrict__ pos, int32_t* __restrict__ src) {
+  __shared__ int32_t ex[kChunk];
+  const int h = blockIdx.y, c = blockIdx.x;
+  const int64_t i = static_cast<int64_t>(c) * kChunk + threadIdx.x;
+  const int e = i < routes ? idx[h * routes + i] : -1;
+  ex[threadIdx.x] = e;
+  __syncthreads();
+  if (i >= routes) return;
+  if (e < 0 || e >= ne) {
+    pos[h * routes + i] = -1;
+    return;
+  }
+  int rank = 0;
+  for (int q = 0; q < static_cast<int>(threadIdx.x); ++q) rank += ex[q] == e;
+  const int32_t p = offsets[h * ne + e] + cnt[(static_cast<int64_t>(h) * chunks + c) * ne + e] + rank;
+  pos[h * routes + i] = p;
+  src[p] = static_cast<int32_t>((i / k) * mh + h);
+}
+
+// One warp per expert-ordered row: xp[p] = r[token, head * dh ..] (dh bf16).
+__global__ void route_gather(const uint16_t* __restrict__ r, int64_t ldr, int mh, int64_t dh,
+                             const int32_t* __restrict__ src, const int32_t* __restrict__ offsets, int nf,
+                             int64_t max_rows, uint16_t* __restrict__ xp, bool vec) {
+  const int64_t p = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (p >= max_rows || p >= offsets[nf]) return;
+  const int64_t s = src[p], n = s / mh, h = s % mh;
+  const uint16_t* from = r + n * ldr + h * dh;
+  uint16_t* to = xp + p * dh;
+  if (vec) {
+    for (int64_t d = lane * 8; d < dh; d += 32 * 8)
+      *reinterpret_cast<uint4*>(to + d) = *reinterpret_cast<const uint4*>(from + d);
+  } else {
+    for (int64_t d = lane; d < dh; d += 32) to[d] = from[d];
+  }
+}
+
+// SwiGLU7 (spec §8.3) in place: h[p, c] = bf16(swiglu7(h[p, c], h[p, de + c])), 8 columns a thread.
+__global__ void expert_swiglu7(uint16_t* __restrict__ hbuf, int64_t de, const int32_t* __restrict__ offsets, int nf,
+                               int64_t max_rows) {
+  const int64_t groups = de / 8;
+  const int64_t rows = min(static_cast<int64_t>(offsets[nf]), max_rows);
+  for (int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < rows * groups;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t p = q / groups, c = (q % groups) * 8;
+    uint16_t* gp = hbuf + p * 2 * de + c;
+    const uint4 gv = *reinterpret_cast<const uint4*>(gp);
+    const uint4 uv = *reinterpret_cast<const uint4*>(gp + de);
+    const uint16_t* g8 = reinterpret_cast<const uint16_t*>(&gv);
+    const uint16_t* u8 = reinterpret_cast<const uint16_t*>(&uv);
+    uint4 zv;
+    uint16_t* z8 = reinterpret_cast<uint16_t*>(&zv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      // Comparisons rather than fminf/fmaxf: those drop NaN, the official clamp keeps it.
+      float g = bf16_to_f32(g8[j]), u = bf16_to_f32(u8[j]);
+      g = g > 7.0f ? 7.0f : g;
+      u = u > 7.0f ? 7.0f : (u < -7.0f ? -7.0f : u);
+      z8[j] = f32_to_bf16((g * sigmoid_f32(1.702f * g)) * (u + 1.0f));
+    }
+    *reinterpret_cast<uint4*>(gp) = zv;
+  }
+}
+
+// One warp per (token, head): out = bf16(sum over routes in ascending (expert,
+// slot) of bf16(y[row] * weight)), fp32 accumulation. Routes of an invalid
+// expert contribute nothing.
+__global__ void expert_combine(const float* __restrict__ y, const int32_t* __restrict__ idx,
+                               const float* __restrict__ weight, const int32_t* __restrict__ pos, int64_t t, int mh,
+                               int k, int64_t dh, uint16_t* __restrict__ out, int64_t ldo) {
+  __shared__ int32_t spos[8][kMaxK];
+  __shared__ float sw[8][kMaxK];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * 8 + warp;
+  if (pair >= t * mh) return;
+  const int64_t n = pair / mh, h = pair % mh;
+  const int64_t base = (h * t + n) * k;
+  const int e = lane < k ? idx[base + lane] : 0;
+  int rank = 0;
+  for (int j = 0; j < k; ++j) {  // position of (e, lane) among the k (expert, slot) pairs
+    const int ej = __shfl_sync(0xffffffffu, e, j);
+    rank += (ej < e || (ej == e && j < lane)) ? 1 : 0;
+  }
+  if (lane < k) {
+    spos[warp][rank] = pos[base + lane];
+    sw[warp][rank] = weight[base + lane];
+  }
+  __syncwarp();
+  uint16_t* o = out + n * ldo + h * dh;
+  for (int64_t d = lane; d < dh; d += 32) {
+    float sum = 0.f;
+    for (int q = 0; q < k; ++q) {
+      const int32_t p = spos[warp][q];
+      if (p >= 0) sum += round_bf16(y[static_cast<int64_t>(p) * dh + d] * sw[warp][q]);
+    }
+    o[d] = f32_to_bf16(sum);
+  }
+}
+
+unsigned grid_of(int64_t work, int threads) {
+  const int64_t b = (work + threads - 1) / threads;
+  MAGI2_CHECK(b < (int64_t{1} << 31), "moe_experts: too many rows for one launch (", work, ")");
+  return static_cast<unsigned>(b > 0 ? b : 1);
+}
+
+}  // namespace
+
+struct MoeExpertsRunner::Plan {
+  int64_t t = 0, dh = 0, de = 0;
+  int mh = 0, ne = 0, k = 0, chunks = 0;
+  int64_t max_rows = 0;
+  std::shared_ptr<void> cnt, total, offsets, pos, src, xp, hbuf, y;
+  std::unique_ptr<ExpertGemm> w13, w2;
+};
+
+MoeExpertsRunner::MoeExpertsRunner(DeviceAlloc alloc) : alloc_(std::move(alloc)) {}
+MoeExpertsRunner::~MoeExpertsRunner() = default;
+
+bool MoeExpertsRunner::supports(int64_t dh, int64_t de, int k) {
+#if MAGI2_HAVE_CUTLASS
+  return dh % 8 == 0 && de % 8 == 0 && k <= kMaxK;
+#else
+  (void)dh, (void)de, (void)k;
+  return false;
+#endif
+}
+
+void MoeExpertsRunner::plan(int64_t t, int mh, int ne, int k, int64_t dh, int64_t de, cudaStream_t s) {
+  if (plan_ && plan_->t == t && plan_->mh == mh && plan_->ne == ne && plan_->k == k && plan_->dh == dh &&
+      plan_->de == de)
+    return;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
+  MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no workspace planned for ", t,
+              " tokens; run one eager forward at this token count before capturing a CUDA graph");
+  MAGI2_CUDA_CHECK(cudaStreamSynchronize(s));  // the old plan's buffers may still be in use
+  plan_.reset();
+  auto p = std::make_unique<Plan>();
+  p->t = t, p->mh = mh, p->ne = ne, p->k = k, p->dh = dh, p->de = de;
+  const int64_t routes = t * k;
+  p->chunks = static_cast<int>((routes + kChunk - 1) / kChunk);
+  p->max_rows = t * mh * k;
+  MAGI2_CHECK(p->max_rows < (int64_t{1} << 31), "moe_experts: ", p->max_rows, " routes exceed int32 row indices");
+  const int64_t nf = static_cast<int64_t>(mh) * ne;
+  auto get = [&](int64_t n, size_t elem) { return alloc_(static_cast<size_t>(n > 0 ? n : 1) * elem); };
+  p->cnt = get(nf * p->chunks, 4);
+  p->total = get(nf, 4);
+  p->offsets = get(nf + 1, 4);
+  p->pos = get(p->max_rows, 4);
+  p->src = get(p->max_rows, 4);
+  p->xp = get(p->max_rows * dh, 2);
+  p->hbuf = get(p->max_rows * 2 * de, 2);
+  p->y = get(p->max_rows * dh, 4);
+#if MAGI2_HAVE_CUTLASS
+  p->w13 = make_expert_gemm_bf16({.experts = static_cast<int>(nf), .parts = 2, .n = de, .k = dh, .lda = dh,
+                                  .ldd = 2 * de}, alloc_);
+  p->w2 = make_expert_gemm_f32({.experts = static_cast<int>(nf), .parts = 1, .n = dh, .k = de, .lda = 2 * de,
+                                .ldd = dh}, alloc_);
+#endif
+  plan_ = std::move(p);
+}
+
+void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const std::function<void(int)>& mark) {
+  const int mh = prm.num_heads, ne = prm.num_experts, k = prm.top_k;
+  const int64_t t = prm.r.size(0), dh = prm.r.size(1) / mh, de = prm.w_gate.size(2);
+  MAGI2_CHECK(supports(dh, de, k), "moe_experts: the grouped path needs widths that are multiples of 8 and top-k <= ",
+              kMaxK);
+  if (t == 0) return;
+  plan(t, mh, ne, k, dh, de, s);
+  Plan& p = *plan_;
+  const int64_t routes = t * k;
+  const int nf = mh * ne;
+  auto i32 = [](const std::shared_ptr<void>& b) { return static_cast<int32_t*>(b.get()); };
+  const int32_t* idx = static_cast<const int32_t*>(prm.idx.data());
+  const dim3 sort_grid(static_cast<unsigned>(p.chunks), static_cast<unsigned>(mh));
+  route_hist<<<sort_grid, kChunk, static_cast<size_t>(ne) * 4, s>>>(idx, routes, ne, p.chunks, i32(p.cnt));
+  MAGI2_CUDA_CHECK_LAUNCH("moe_experts route counts");
+  route_chunk_scan<<<grid_of(nf, 256), 256, 0, s>>>(i32(p.cnt), mh, ne, p.chunks, i32(p.total));
+  route_expert_scan<<<1, kScanThreads, 0, s>>>(i32(p.total), nf, i32(p.offsets));
+  route_scatter<<<sort_grid, kChunk, 0, s>>>(idx, routes, k, mh, ne, p.chunks, i32(p.cnt), i32(p.offsets),
+                                               i32(p.pos), i32(p.src));
+  MAGI2_CUDA_CHECK_LAUNCH("moe_experts route order");
+  const auto* r = static_cast<const uint16_t*>(prm.r.data());
+  const bool vec = reinterpret_cast<uintptr_t>(r) % 16 == 0 && prm.r.row_stride() % 8 == 0 && dh % 8 == 0;
+  route_gather<<<grid_of(p.max_rows * 32, 256), 256, 0, s>>>(r, prm.r.row_stride(), mh, dh, i32(p.src),
+                                                             i32(p.offsets), nf, p.max_rows,
+                                                             static_cast<uint16_t*>(p.xp.get()), vec);
+  MAGI2_CUDA_CHECK_LAUNCH("moe_experts gather");
+  if (mark) mark(0);
+  const void* b13[2] = {prm.w_gate.data(), prm.w_up.data()};
+  p.w13->run(i32(p.offsets), p.xp.get(), b13, p.hbuf.get(), s);
+  if (mark) mark(1);
+  expert_swiglu7<<<grid_of(p.max_rows * (de / 8), 256) < 132 * 64 ? grid_of(p.max_rows * (de / 8), 256) : 132 * 64,
+                   256, 0, s>>>(static_cast<uint16_t*>(p.hbuf.get()), de, i32(p.offsets), nf, p.max_rows);
+  MAGI2_CUDA_CHECK_LAUNCH("moe_experts swiglu7");
+  if (mark) mark(2);
+  const void* b2[1] = {prm.w_down.data()};
+  p.w2->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s);
+  if (mark) mark(3);
+  expert_combine<<<grid_of(t * mh, 8), 256, 0, s>>>(static_cast<const float*>(p.y.get()), idx,
+                                                     static_cast<const float*>(prm.weight.data()), i32(p.pos), t, mh,
+                                                     k, dh, static_cast<uint16_t*>(prm.out.data()),
+                                                     prm.out.row_stride());
+  MAGI2_CUDA_CHECK_LAUNCH("moe_experts combine");
+  if (mark) mark(4);
+}
+
+}  // namespace magi2::cuda
