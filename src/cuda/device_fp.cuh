@@ -40,7 +40,9 @@ static __constant__ uint64_t kExp2Table[32] = {
 /// one rounding to fp32. Checked equal to Debian 12's glibc 2.36 expf on all
 /// 2^32 inputs. Not correctly rounded: (float)exp((double)x) differs from it on
 /// ~6e-4 of random fp32 inputs, which showed as router-weight mismatches.
-__device__ __forceinline__ float exp_f32(float x) {
+/// `entry(i)` returns kExp2Table[i] (from constant or shared memory).
+template <class Entry>
+__device__ __forceinline__ float exp_f32_with(float x, Entry entry) {
   const uint32_t ux = __float_as_uint(x);
   const uint32_t abstop = (ux >> 20) & 0x7ffu;
   if (abstop >= 0x42bu) {  // |x| >= 88, inf or NaN
@@ -57,14 +59,35 @@ __device__ __forceinline__ float exp_f32(float x) {
   const uint64_t ki = static_cast<uint64_t>(__double_as_longlong(kd));
   kd = __dsub_rn(kd, kShift);
   const double r = __fma_rn(kInvLn2N, xd, -kd);
-  const double s = __longlong_as_double(static_cast<long long>(kExp2Table[ki % 32] + (ki << 47)));
+  const double s = __longlong_as_double(static_cast<long long>(entry(ki % 32) + (ki << 47)));
   const double z = __fma_rn(kC0, r, kC1);
   const double r2 = __dmul_rn(r, r);
   double y = __fma_rn(kC2, r, 1.0);
   y = __fma_rn(z, r2, y);
   return static_cast<float>(__dmul_rn(y, s));
 }
+/// exp_f32 with the __constant__ table: fine when a warp's lanes mostly share
+/// an entry; a warp reading 32 different entries serialises, so kernels with
+/// many exponentials per thread use a shared-memory copy instead.
+__device__ __forceinline__ float exp_f32(float x) {
+  return exp_f32_with(x, [](uint64_t i) { return kExp2Table[i]; });
+}
+/// exp_f32 with a shared-memory copy of the table (exp2_table_to_shared).
+__device__ __forceinline__ float exp_f32(float x, const uint64_t* __restrict__ table) {
+  return exp_f32_with(x, [table](uint64_t i) { return table[i]; });
+}
+
+/// Copies kExp2Table into `dst` (32 entries of shared memory) with the block's
+/// threads; the caller synchronises (__syncthreads) before the first use.
+__device__ __forceinline__ void exp2_table_to_shared(uint64_t* dst) {
+  for (int i = threadIdx.x; i < 32; i += blockDim.x) dst[i] = kExp2Table[i];
+}
+
 __device__ __forceinline__ float sigmoid_f32(float z) { return 1.0f / (1.0f + exp_f32(-z)); }
+/// sigmoid_f32 with exp_f32's table at `table` (a shared-memory copy).
+__device__ __forceinline__ float sigmoid_f32(float z, const uint64_t* __restrict__ table) {
+  return 1.0f / (1.0f + exp_f32(-z, table));
+}
 
 /// dot_f32 of the CPU backend by one thread: 16 partial sums over i = j
 /// (mod 16) in increasing i, then the halving tree 8, 4, 2, 1.

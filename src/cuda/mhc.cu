@@ -22,39 +22,58 @@ constexpr int kStreams = 4;
 constexpr int kLogits = 2 * kStreams + kStreams * kStreams;  // 24
 constexpr int kRowThreads = 256;
 
-// One block per token, 24 half-warps: half-warp c computes logit c, lane j the
-// partial sum over elements i = j (mod 16). The normalised element
-// (x * rs) * (w + 1) is recomputed per use (the same fp32 ops as the CPU's
-// in-place rms_normalize), so no row buffer is needed.
-__global__ void mhc_logits_kernel(const uint16_t* __restrict__ state, int64_t lds, const float* __restrict__ w,
-                                  const float* __restrict__ phi, float* __restrict__ logits, int64_t ldl, int64_t vw,
-                                  int4 cu, int groups, float eps) {
-  __shared__ float rs_shared;
-  const int64_t r = blockIdx.x;
-  const uint16_t* x = state + r * lds;
-  const int lane = threadIdx.x & 15, c = threadIdx.x >> 4;
-  if (c == 0) {
-    float acc = 0.f;
+// A half-warp per token, kLogitTokens tokens a block. Lane j sums the
+// elements i = j (mod 16) in increasing i, as dot_f32: first x^2 for the
+// RMSNorm, then all 24 logits at once from the normalised element (the same
+// fp32 ops as the CPU's in-place rms_normalize) times phi rows staged in
+// shared memory kLogitChunk at a time (read once per block, not per token and
+// logit). Both sums end in dot_f32's tree (half_warp_tree).
+constexpr int kLogitTokens = 16;
+constexpr int kLogitChunk = 256;       // a multiple of 16 keeps each lane's i = j (mod 16)
+constexpr int kPhiLd = kLogits + 1;    // 25: the 16 lanes' rows fall in distinct banks
+__global__ void __launch_bounds__(kLogitTokens * 16)
+    mhc_logits_kernel(const uint16_t* __restrict__ state, int64_t lds, const float* __restrict__ w,
+                      const float* __restrict__ phi, float* __restrict__ logits, int64_t ldl, int64_t vw, int4 cu,
+                      int groups, float eps, int64_t t) {
+  __shared__ float ps[kLogitChunk * kPhiLd];
+  const int lane = threadIdx.x & 15;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLogitTokens + (threadIdx.x >> 4);
+  const bool live = r < t;
+  const uint16_t* x = state + (live ? r : 0) * lds;
+  float acc = 0.f;
+  if (live) {
     for (int64_t i = lane; i < vw; i += 16) {
       const float v = bf16_to_f32(x[i]);
       acc += v * v;
     }
-    acc = half_warp_tree(acc);
-    if (lane == 0) {
-      const float ms = acc * (1.0f / static_cast<float>(vw));
-      rs_shared = 1.0f / sqrtf(ms + eps);
-    }
-  }
-  __syncthreads();
-  const float rs = rs_shared;
-  const float* wm = w + static_cast<int64_t>(group_of(cu, groups, r)) * vw;
-  float acc = 0.f;
-  for (int64_t i = lane; i < vw; i += 16) {
-    const float n = (bf16_to_f32(x[i]) * rs) * (wm[i] + 1.0f);
-    acc += n * phi[i * kLogits + c];
   }
   acc = half_warp_tree(acc);
-  if (lane == 0) logits[r * ldl + c] = acc;
+  const float ms = acc * (1.0f / static_cast<float>(vw));
+  const float rs = __shfl_sync(0xffffffffu, 1.0f / sqrtf(ms + eps), 0, 16);  // lane 0's value
+  const float* wm = w + static_cast<int64_t>(live ? group_of(cu, groups, r) : 0) * vw;
+  float l[kLogits];
+#pragma unroll
+  for (int c = 0; c < kLogits; ++c) l[c] = 0.f;
+  for (int64_t i0 = 0; i0 < vw; i0 += kLogitChunk) {
+    const int rows = static_cast<int>(vw - i0 < kLogitChunk ? vw - i0 : kLogitChunk);
+    __syncthreads();  // the previous chunk is consumed
+    for (int q = threadIdx.x; q < rows * kLogits; q += blockDim.x)
+      ps[(q / kLogits) * kPhiLd + q % kLogits] = phi[i0 * kLogits + q];
+    __syncthreads();
+    if (!live) continue;
+    for (int ii = lane; ii < rows; ii += 16) {
+      const int64_t i = i0 + ii;
+      const float n = (bf16_to_f32(x[i]) * rs) * (wm[i] + 1.0f);
+      const float* pr = ps + ii * kPhiLd;
+#pragma unroll
+      for (int c = 0; c < kLogits; ++c) l[c] += n * pr[c];
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kLogits; ++c) {
+    const float v = half_warp_tree(l[c]);
+    if (live && lane == 0) logits[r * ldl + c] = v;
+  }
 }
 
 // One block per token: threads 0..3 form H_pre, then all threads mix the streams.
@@ -175,9 +194,9 @@ void mhc_logits(const MhcLogitsParams& p, cudaStream_t s) {
                   p.phi.is_contiguous(),
               "mhc phi: expected contiguous [", vw, ", 24] f32 on the device, got ", shape_str(p.phi.shape()));
   if (t == 0) return;
-  mhc_logits_kernel<<<grid_of(t, "mhc_logits"), 16 * kLogits, 0, s>>>(
+  mhc_logits_kernel<<<grid_of((t + kLogitTokens - 1) / kLogitTokens, "mhc_logits"), kLogitTokens * 16, 0, s>>>(
       static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), w, static_cast<const float*>(p.phi.data()),
-      static_cast<float*>(p.logits.data()), p.logits.row_stride(), vw, cu_of(p.groups), p.groups.count, p.eps);
+      static_cast<float*>(p.logits.data()), p.logits.row_stride(), vw, cu_of(p.groups), p.groups.count, p.eps, t);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits");
 }
 

@@ -64,18 +64,22 @@ __global__ void __launch_bounds__(kRouteThreads)
   const int h = blockIdx.y;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRouteTokens;
   const int tid = threadIdx.x;
-  for (int64_t i = tid; i < kRouteTokens * dh; i += kRouteThreads) {
-    const int64_t tok = i / dh, d = i % dh, n = n0 + tok;
-    xs[tok * ldx + d] = n < t ? bf16_to_f32(r[n * ldr + h * dh + d]) : 0.f;
+  __shared__ uint64_t exp_table[32];
+  exp2_table_to_shared(exp_table);
+  const int warp = tid >> 5, wl = tid & 31;
+  // Row-wise loads (a warp per row, no index division).
+  for (int tok = warp; tok < kRouteTokens; tok += kRouteThreads / 32) {
+    const int64_t n = n0 + tok;
+    for (int d = wl; d < dh; d += 32) xs[tok * ldx + d] = n < t ? bf16_to_f32(r[n * ldr + h * dh + d]) : 0.f;
   }
   for (int e = tid; e < ne; e += kRouteThreads) bs[e] = bias[h * ne + e];
   const int lane = tid & 15, tile = tid >> 4, tg = tile & 3, eg = tile >> 2;
   for (int e0 = 0; e0 < ne; e0 += kRouteExperts) {
     __syncthreads();  // the previous chunk is consumed (and x is loaded)
-    for (int64_t i = tid; i < kRouteExperts * dh; i += kRouteThreads) {
-      const int64_t ee = i / dh, d = i % dh;
-      const int e = e0 + static_cast<int>(ee);
-      gs[ee * ldx + d] = e < ne ? gate[(static_cast<int64_t>(h) * ne + e) * dh + d] : 0.f;
+    for (int ee = warp; ee < kRouteExperts; ee += kRouteThreads / 32) {
+      const int e = e0 + ee;
+      const float* gr = gate + (static_cast<int64_t>(h) * ne + e) * dh;
+      for (int d = wl; d < dh; d += 32) gs[ee * ldx + d] = e < ne ? gr[d] : 0.f;
     }
     __syncthreads();
     float acc[8][8];
@@ -102,13 +106,15 @@ __global__ void __launch_bounds__(kRouteThreads)
       for (int b = 0; b < 8; ++b) {
         const float v = half_warp_tree(acc[a][b]);
         const int e = e0 + eg * 8 + b;
-        if (lane == 0 && e < ne) sc[(tg * 8 + a) * ne + e] = sigmoid_f32(v);
+        if (lane == 0 && e < ne) sc[(tg * 8 + a) * ne + e] = v;
       }
   }
   __syncthreads();
+  // The sigmoids by all threads (one lane per half-warp above would idle 15 of 16).
+  for (int i = tid; i < kRouteTokens * ne; i += kRouteThreads) sc[i] = sigmoid_f32(sc[i], exp_table);
+  __syncthreads();
   // Top-(k+1) per token by one warp: the q-th pick is the best of the experts
   // ranking after pick q-1 under the CPU's total order, so no marks are needed.
-  const int warp = tid >> 5, wl = tid & 31;
   const int take = k + 1 < ne ? k + 1 : ne;
   for (int tok = warp; tok < kRouteTokens; tok += kRouteThreads / 32) {
     const int64_t n = n0 + tok;

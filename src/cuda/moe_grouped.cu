@@ -13,6 +13,7 @@
 // accumulation and one bf16 rounding, as the CPU reference. It differs from
 // the reference only in the GEMM's fp32 summation order and in G/U being
 // rounded to bf16 before SwiGLU7 (the tests bound it by bf16 tolerances).
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/cuda_common.h"
@@ -126,30 +127,35 @@ __global__ void route_gather(const uint16_t* __restrict__ r, int64_t ldr, int mh
   }
 }
 
-// SwiGLU7 (spec §8.3) in place: h[p, c] = bf16(swiglu7(h[p, c], h[p, de + c])), 8 columns a thread.
+// SwiGLU7 (spec §8.3) in place: h[p, c] = bf16(swiglu7(h[p, c], h[p, de + c])),
+// 8 columns a thread, rows grid-strided over the blocks (no index division).
+// exp_f32's table is read from shared memory: the __constant__ copy serialises
+// a warp whose lanes read different entries.
 __global__ void expert_swiglu7(uint16_t* __restrict__ hbuf, int64_t de, const int32_t* __restrict__ offsets, int nf,
                                int64_t max_rows) {
-  const int64_t groups = de / 8;
+  __shared__ uint64_t exp_table[32];
+  exp2_table_to_shared(exp_table);
+  __syncthreads();
   const int64_t rows = min(static_cast<int64_t>(offsets[nf]), max_rows);
-  for (int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < rows * groups;
-       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t p = q / groups, c = (q % groups) * 8;
-    uint16_t* gp = hbuf + p * 2 * de + c;
-    const uint4 gv = *reinterpret_cast<const uint4*>(gp);
-    const uint4 uv = *reinterpret_cast<const uint4*>(gp + de);
-    const uint16_t* g8 = reinterpret_cast<const uint16_t*>(&gv);
-    const uint16_t* u8 = reinterpret_cast<const uint16_t*>(&uv);
-    uint4 zv;
-    uint16_t* z8 = reinterpret_cast<uint16_t*>(&zv);
+  for (int64_t p = blockIdx.x; p < rows; p += gridDim.x) {
+    for (int64_t c = threadIdx.x * 8; c < de; c += blockDim.x * 8) {
+      uint16_t* gp = hbuf + p * 2 * de + c;
+      const uint4 gv = *reinterpret_cast<const uint4*>(gp);
+      const uint4 uv = *reinterpret_cast<const uint4*>(gp + de);
+      const uint16_t* g8 = reinterpret_cast<const uint16_t*>(&gv);
+      const uint16_t* u8 = reinterpret_cast<const uint16_t*>(&uv);
+      uint4 zv;
+      uint16_t* z8 = reinterpret_cast<uint16_t*>(&zv);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      // Comparisons rather than fminf/fmaxf: those drop NaN, the official clamp keeps it.
-      float g = bf16_to_f32(g8[j]), u = bf16_to_f32(u8[j]);
-      g = g > 7.0f ? 7.0f : g;
-      u = u > 7.0f ? 7.0f : (u < -7.0f ? -7.0f : u);
-      z8[j] = f32_to_bf16((g * sigmoid_f32(1.702f * g)) * (u + 1.0f));
+      for (int j = 0; j < 8; ++j) {
+        // Comparisons rather than fminf/fmaxf: those drop NaN, the official clamp keeps it.
+        float g = bf16_to_f32(g8[j]), u = bf16_to_f32(u8[j]);
+        g = g > 7.0f ? 7.0f : g;
+        u = u > 7.0f ? 7.0f : (u < -7.0f ? -7.0f : u);
+        z8[j] = f32_to_bf16((g * sigmoid_f32(1.702f * g, exp_table)) * (u + 1.0f));
+      }
+      *reinterpret_cast<uint4*>(gp) = zv;
     }
-    *reinterpret_cast<uint4*>(gp) = zv;
   }
 }
 
@@ -281,8 +287,10 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
   const void* b13[2] = {prm.w_gate.data(), prm.w_up.data()};
   p.w13->run(i32(p.offsets), p.xp.get(), b13, p.hbuf.get(), s);
   if (mark) mark(1);
-  expert_swiglu7<<<grid_of(p.max_rows * (de / 8), 256) < 132 * 64 ? grid_of(p.max_rows * (de / 8), 256) : 132 * 64,
-                   256, 0, s>>>(static_cast<uint16_t*>(p.hbuf.get()), de, i32(p.offsets), nf, p.max_rows);
+  // Enough resident blocks to fill the GPU; each strides over the rows.
+  const unsigned swiglu_blocks = static_cast<unsigned>(std::min<int64_t>(p.max_rows, 132 * 16));
+  expert_swiglu7<<<swiglu_blocks, 160, 0, s>>>(static_cast<uint16_t*>(p.hbuf.get()), de, i32(p.offsets), nf,
+                                               p.max_rows);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts swiglu7");
   if (mark) mark(2);
   const void* b2[1] = {prm.w_down.data()};
