@@ -9,7 +9,8 @@ packages=(build-essential cmake ninja-build ccache pkg-config
           nlohmann-json3-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev libpcre2-dev libfftw3-dev libzip-dev
           libicu72   # ICU: loaded at run time by the tokenizer for NFC beyond its fast paths
           libpng-dev libjpeg62-turbo-dev libssl-dev libsndfile1-dev  # images (I2V input, PNG frames), SHA-256, WAV
-          libcpp-httplib-dev  # prompt enhancement: HTTP(S) client (built with OpenSSL)
+          libcpp-httplib-dev  # HTTP(S): prompt enhancement client (OpenSSL), magi2 serve
+          curl  # tests only: a client of magi2 serve
           libavformat-dev libavcodec-dev libavutil-dev libswscale-dev  # MP4 (optional in CMake)
           ffmpeg chromium  # tests only: ffprobe checks the MP4s, headless Chromium plays them
           openssl)  # tests only: a self-signed certificate for the https prompt-enhancement test
@@ -23,6 +24,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python packages for the tests only, pinned, into the git-ignored .deps/py
+# (never system-wide): the official openai client drives `magi2 serve`.
+py_pins=(openai==3.51.0)
+if ! PYTHONPATH=.deps/py python3 -c "import openai, sys; sys.exit(openai.__version__ != '3.51.0')" 2>/dev/null; then
+  echo "setup: installing ${py_pins[*]} into .deps/py"
+  python3 -m pip install --quiet --disable-pip-version-check --target .deps/py --upgrade "${py_pins[@]}"
 fi
 
 cuda_flag=()

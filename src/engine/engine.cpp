@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <omp.h>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -94,6 +95,13 @@ struct Engine::State {
   std::unique_ptr<Wan22EncoderWeights> wan_w;
   std::unique_ptr<Wan22Encoder> wan;
 
+  // OpenMP's thread count is per calling thread, and the CPU backend sets it
+  // only on the thread that made it: a server's worker thread would run with
+  // every core (and spin at barriers on a busy machine) without this.
+  void bind_threads() const {
+    if (config.threads > 0) omp_set_num_threads(config.threads);
+  }
+
   void load_text_encoder() {
     if (enc) return;
     const auto t = Clock::now();
@@ -144,6 +152,7 @@ void Engine::release_text_encoder() { s_->enc.reset(); }
 PreparedRequest Engine::prepare(const GenerateParams& p) {
   validate(p);
   State& s = *s_;
+  s.bind_threads();
   const Magi2Config& cfg = s.model.config;
   PreparedRequest r;
   r.params = p;
@@ -210,6 +219,7 @@ GenerateOutcome Engine::generate(const GenerateParams& p, const GenerateCallback
 
 GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& cb) {
   State& s = *s_;
+  s.bind_threads();
   const GenerateParams& p = r.params;
   const Magi2Config& cfg = s.model.config;
   const auto t_job = Clock::now();

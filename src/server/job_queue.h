@@ -117,6 +117,10 @@ class JobQueue {
   /// boundary. Returns false when it had already finished.
   bool cancel(const std::string& id);
 
+  /// Drops a finished job and its files (DELETE of a finished video).
+  /// Returns false when it is unknown or not finished.
+  bool remove(const std::string& id);
+
   /// Waits up to `timeout_ms` for events after the first `from` ones or for
   /// the job to finish; returns the new events and sets `*finished`.
   std::vector<JobEvent> wait_events(const Job& job, size_t from, int timeout_ms, bool* finished) const;
@@ -135,6 +139,7 @@ class JobQueue {
   void finish(Job& job, JobStatus status, const std::string& code, const std::string& message);
   void push_event(Job& job, const std::string& event, const std::string& data);
   void apply_retention();
+  void erase_job(const std::string& id);
 
   Engine& engine_;
   QueueOptions opt_;

@@ -26,6 +26,7 @@ Command make_tiny_command();
 Command generate_command();
 Command encode_text_command();
 Command enhance_prompt_command();
+Command serve_command();
 
 /// All subcommands, in help order.
 std::vector<Command> all_commands();

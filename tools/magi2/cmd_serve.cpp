@@ -1,0 +1,133 @@
+// `magi2 serve`: the HTTP front end of the engine (src/server, docs/server.md).
+// Loads the model once, then serves the OpenAI-style /v1/videos API until
+// SIGTERM or SIGINT: new jobs are then refused, queued ones cancelled, the
+// running one finishes (a second signal cancels it at its next step), and
+// the process exits 0. Every option has a MAGI2_* environment mirror.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "cache_env.h"
+#include "commands.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "server/server.h"
+
+namespace magi2::cli {
+
+namespace {
+
+struct ServeArgs {
+  EngineOptions engine;
+  server::ServerOptions server;
+  std::string output_dir = "magi2-outputs";
+  size_t max_body_mb = 32;
+  bool cancel_on_stop = false;
+};
+
+int run_serve(ServeArgs& a) {
+  a.engine.cache = cache_env();
+  a.server.queue.output_dir = a.output_dir;
+  a.server.max_body_bytes = a.max_body_mb << 20;
+  MAGI2_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535], got ", a.server.port);
+  MAGI2_CHECK(a.server.queue.max_queued >= 1, "--max-queue must be >= 1");
+  MAGI2_CHECK(a.server.http_threads >= 2, "--http-threads must be >= 2, got ", a.server.http_threads);
+  MAGI2_CHECK(a.max_body_mb >= 1, "--max-body-mb must be >= 1");
+  MAGI2_CHECK(a.server.limits.max_seconds > 0, "--max-seconds must be > 0");
+  // Signals go to one waiting thread, never to a handler interrupting the engine.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  Engine engine(a.engine);
+  server::VideoServer srv(engine, a.server);
+  std::printf("magi2 serve: %s on http://%s:%d (output folder %s)\n", engine.model_root().c_str(),
+              a.server.host.c_str(), srv.port(), a.output_dir.c_str());
+  std::fflush(stdout);
+  std::atomic<bool> exiting{false};
+  std::thread signals([&] {
+    std::thread stopper;  // the first stop waits for the running job; a second signal must still get through
+    for (int n = 0;; ++n) {
+      int sig = 0;
+      sigwait(&sigs, &sig);
+      if (exiting) break;
+      if (n == 0) {
+        std::fprintf(stderr, "magi2 serve: signal %d: refusing new jobs, finishing the running one\n", sig);
+        stopper = std::thread([&] { srv.stop(a.cancel_on_stop); });
+      } else {
+        std::fprintf(stderr, "magi2 serve: signal %d: cancelling the running job\n", sig);
+        srv.stop(true);
+      }
+    }
+    if (stopper.joinable()) stopper.join();
+  });
+  srv.serve();
+  exiting = true;
+  pthread_kill(signals.native_handle(), SIGTERM);  // wakes the signal thread's sigwait
+  signals.join();
+  std::fprintf(stderr, "magi2 serve: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+Command serve_command() {
+  auto args = std::make_shared<ServeArgs>();
+  Command c;
+  c.add_fn = [args](CLI::App& app) {
+    CLI::App* s = app.add_subcommand("serve", "serve an OpenAI-style /v1/videos HTTP API (jobs, events, cancel)");
+    ServeArgs& a = *args;
+    s->add_option("--model", a.engine.model, "model folder (official layout) or builtin:tiny")
+        ->envname("MAGI2_MODEL")
+        ->capture_default_str();
+    s->add_option("--config", a.engine.config, "config in the official JSON layout")->envname("MAGI2_CONFIG");
+    s->add_option("--transformer", a.engine.transformer, "DiT checkpoint folder (overrides MODEL/preview)")
+        ->envname("MAGI2_TRANSFORMER");
+    s->add_option("--text-encoder", a.engine.text_encoder, "Qwen3.5 text encoder folder (overrides MODEL/text_encoder)")
+        ->envname("MAGI2_TEXT_ENCODER");
+    s->add_option("--threads", a.engine.threads, "CPU threads (0: all)")->envname("MAGI2_THREADS");
+    s->add_option("--host", a.server.host, "address to listen on")->envname("MAGI2_HOST")->capture_default_str();
+    s->add_option("--port", a.server.port, "port to listen on (0: any free one, printed at start)")
+        ->envname("MAGI2_PORT")
+        ->capture_default_str();
+    s->add_option("--api-key", a.server.api_key, "require 'Authorization: Bearer KEY' (except /health)")
+        ->envname("MAGI2_API_KEY");
+    s->add_option("--output-dir", a.output_dir, "folder of the finished videos (ID.mp4, ID.png)")
+        ->envname("MAGI2_OUTPUT_DIR")
+        ->capture_default_str();
+    s->add_option("--max-queue", a.server.queue.max_queued, "jobs waiting beyond the running one (more: 429)")
+        ->envname("MAGI2_MAX_QUEUE")
+        ->capture_default_str();
+    s->add_option("--keep", a.server.queue.keep_finished, "finished jobs kept with their files (oldest dropped)")
+        ->envname("MAGI2_KEEP")
+        ->capture_default_str();
+    s->add_option("--max-body-mb", a.max_body_mb, "largest request body in MiB (more: 413)")
+        ->envname("MAGI2_MAX_BODY_MB")
+        ->capture_default_str();
+    s->add_option("--max-seconds", a.server.limits.max_seconds, "longest clip a request may ask for")
+        ->envname("MAGI2_MAX_SECONDS")
+        ->capture_default_str();
+    s->add_option("--max-side", a.server.limits.max_side, "largest width or height a request may ask for")
+        ->envname("MAGI2_MAX_SIDE")
+        ->capture_default_str();
+    s->add_option("--max-steps", a.server.limits.max_steps, "most denoising steps a request may ask for")
+        ->envname("MAGI2_MAX_STEPS")
+        ->capture_default_str();
+    s->add_option("--http-threads", a.server.http_threads, "connections served at once (events and /sync hold one)")
+        ->envname("MAGI2_HTTP_THREADS")
+        ->capture_default_str();
+    s->add_flag("--cancel-on-stop", a.cancel_on_stop, "on SIGTERM cancel the running job instead of finishing it")
+        ->envname("MAGI2_CANCEL_ON_STOP");
+    return s;
+  };
+  c.run = [args]() { return run_serve(*args); };
+  return c;
+}
+
+}  // namespace magi2::cli
