@@ -12,6 +12,7 @@ packages=(build-essential cmake ninja-build ccache pkg-config
           libcpp-httplib-dev  # HTTP(S): prompt enhancement client (OpenSSL), magi2 serve
           curl  # tests only: a client of magi2 serve
           libavformat-dev libavcodec-dev libavutil-dev libswscale-dev  # MP4 (optional in CMake)
+          python3-pip  # pinned PyPI packages into .deps/ (cudnn-frontend headers)
           ffmpeg chromium  # tests only: ffprobe checks the MP4s, headless Chromium plays them
           openssl)  # tests only: a self-signed certificate for the https prompt-enhancement test
 missing=()
@@ -32,6 +33,19 @@ py_pins=(openai==3.51.0)
 if ! PYTHONPATH=.deps/py python3 -c "import openai, sys; sys.exit(openai.__version__ != '3.51.0')" 2>/dev/null; then
   echo "setup: installing ${py_pins[*]} into .deps/py"
   python3 -m pip install --quiet --disable-pip-version-check --target .deps/py --upgrade "${py_pins[@]}"
+fi
+
+# cudnn-frontend (header-only C++ API of cuDNN 9, for the CUDA attention core), pinned, into .deps/.
+fe_version=1.32.0
+fe_dir=.deps/py/cudnn-frontend
+if [ ! -f "$fe_dir/include/cudnn_frontend.h" ] || ! grep -qs "$fe_version" "$fe_dir/VERSION"; then
+  rm -rf "$fe_dir"
+  if python3 -m pip install -q --no-deps --disable-pip-version-check --target "$fe_dir" \
+      "nvidia-cudnn-frontend==$fe_version"; then
+    echo "$fe_version" > "$fe_dir/VERSION"
+  else
+    echo "setup: could not install nvidia-cudnn-frontend; CUDA attention will use its fp32 kernel" >&2
+  fi
 fi
 
 cuda_flag=()

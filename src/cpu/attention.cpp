@@ -119,8 +119,15 @@ void attention(const AttentionParams& p) {
   const int64_t t = p.q.size(0), h = p.q.size(1), hd = p.q.size(2);
   MAGI2_CHECK(cu.front() == 0 && cu.back() == t, "attention: cu_seqlens must span [0, ", t, "]");
   for (size_t i = 1; i < cu.size(); ++i) MAGI2_CHECK(cu[i] >= cu[i - 1], "attention: cu_seqlens not sorted");
-  MAGI2_CHECK(p.sinks.dtype() == DType::F32 && p.sinks.numel() >= p.head_begin + h,
+  MAGI2_CHECK(p.lse.defined() || (p.sinks.dtype() == DType::F32 && p.sinks.numel() >= p.head_begin + h),
               "attention.sinks: expected at least ", p.head_begin + h, " f32 values");
+  float* lse_out = nullptr;
+  if (p.lse.defined()) {
+    MAGI2_CHECK(p.lse.device() == Device::CPU && p.lse.dtype() == DType::F32 && p.lse.is_contiguous() &&
+                    p.lse.numel() == t * h,
+                "attention.lse: expected contiguous f32 [", t, ", ", h, "], got ", shape_str(p.lse.shape()));
+    lse_out = p.lse.data_as<float>();
+  }
   const float* sinks = p.sinks.data_as<float>();
   const uint16_t* q = p.q.data_as<uint16_t>();
   const uint16_t* k = p.k.data_as<uint16_t>();
@@ -160,16 +167,21 @@ void attention(const AttentionParams& p) {
                          static_cast<int>(std::min<int64_t>(kTileK, len - j0)), p.scale,
                          s.data() + it * len + j0, len);
           for (int i = 0; i < nq; ++i) exp_row(s.data() + i * len, len, &mx[i], &sum[i]);
-          const float sink = sinks[p.head_begin + kh];
+          const float sink = lse_out ? 0.f : sinks[p.head_begin + kh];
           for (int it = 0; it < nq; it += kTileQ) {
             const int nt = std::min(kTileQ, nq - it);
             pv_tile(s.data() + it * len, len, vf.data() + kh * len * hd, len, hd, nt, acc.data());
             for (int i = 0; i < nt; ++i) {
               const int qi = it + i;
               const float lse = mx[qi] + std::log(sum[qi]);
-              const float hi = std::max(lse, sink), lo = std::min(lse, sink);
-              const float factor = std::exp(lse - (hi + std::log1p(std::exp(lo - hi))));
-              uint16_t* orow = o + ((s0 + i0 + qi) * h + kh) * hd;
+              const int64_t row = (s0 + i0 + qi) * h + kh;
+              uint16_t* orow = o + row * hd;
+              if (lse_out) {  // deferred sink: attn_out applies the factor to these bytes
+                lse_out[row] = lse;
+                for (int64_t d = 0; d < hd; ++d) orow[d] = f32_to_bf16_bits(acc[i * hd + d] / sum[qi]);
+                continue;
+              }
+              const float factor = sink_factor(lse, sink);
               for (int64_t d = 0; d < hd; ++d) orow[d] = f32_to_bf16_bits(round_bf16(acc[i * hd + d] / sum[qi]) * factor);
             }
           }

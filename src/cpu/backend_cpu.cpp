@@ -39,6 +39,8 @@ class CpuBackend final : public Backend {
   void rope_table(const RopeTableParams& p) override { cpu::rope_table(p); }
   void rope(const RopeParams& p) override { cpu::rope(p); }
   void attention(const AttentionParams& p) override { cpu::attention(p); }
+  void attn_qkv(const AttnQkvParams& p) override { cpu::attn_qkv(p); }
+  void attn_out(const AttnOutParams& p) override { cpu::attn_out(p); }
   void gate(const GateParams& p) override { cpu::gate(p); }
   void add(const AddParams& p) override { cpu::add(p); }
   void copy_cols(const CopyColsParams& p) override { cpu::copy_cols(p); }

@@ -2,6 +2,9 @@
 // family per file. Each follows the R0 rounding points of spec magi2-dit.md §12.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+
 #include "ops/ops.h"
 
 namespace magi2::cpu {
@@ -18,6 +21,16 @@ void copy(const CopyParams& p);                 // elementwise.cpp
 void rope_table(const RopeTableParams& p);      // rope.cpp
 void rope(const RopeParams& p);                 // rope.cpp
 void attention(const AttentionParams& p);       // attention.cpp
+void attn_qkv(const AttnQkvParams& p);          // attn_glue.cpp
+void attn_out(const AttnOutParams& p);          // attn_glue.cpp
+
+/// The learned-sink factor exp(lse - logaddexp(lse, sink)) of spec §6.1 in
+/// fp32 (glibc exp/log1p), shared by attention() and attn_out so that the
+/// deferred path gives the same bytes.
+inline float sink_factor(float lse, float sink) {
+  const float hi = std::max(lse, sink), lo = std::min(lse, sink);
+  return std::exp(lse - (hi + std::log1p(std::exp(lo - hi))));
+}
 void mhc_logits(const MhcLogitsParams& p);      // mhc.cpp
 void mhc_pre(const MhcPreParams& p);            // mhc.cpp
 void mhc_post_res(const MhcPostResParams& p);   // mhc.cpp

@@ -56,7 +56,7 @@ template <int HD>
 __global__ void __launch_bounds__(kThreads)
     attention_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ k, const uint16_t* __restrict__ v,
                      uint16_t* __restrict__ o, const float* __restrict__ sinks, const int32_t* __restrict__ cu,
-                     int heads, float scale) {
+                     int heads, float scale, float* __restrict__ lse_out) {
   constexpr int kLdq = HD + 1, kLdk = HD + 1, kLdp = kBlockK + 1, kDims = HD / 16;
   extern __shared__ float smem[];
   float* qs = smem;
@@ -128,11 +128,17 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 
-  const float sink = sinks[head];
+  const float sink = lse_out ? 0.f : sinks[head];
   for (int i = 0; i < 4; ++i) {
     const int r = q0 + ty * 4 + i;
     if (r >= len) continue;
     const float lse = m[i] + logf(l[i]);
+    if (lse_out) {  // deferred sink (attn_out applies it): the plain FA output and its lse
+      uint16_t* orow = o + base + static_cast<int64_t>(r) * rs;
+      for (int c = 0; c < kDims; ++c) orow[tx + 16 * c] = dev::f32_to_bf16(acc[i][c] / l[i]);
+      if (tx == 0) lse_out[static_cast<int64_t>(s0 + r) * heads + head] = lse;
+      continue;
+    }
     const float hi = fmaxf(lse, sink), lo = fminf(lse, sink);
     const float factor = expf(lse - (hi + log1pf(expf(lo - hi))));
     uint16_t* orow = o + base + static_cast<int64_t>(r) * rs;
@@ -152,36 +158,54 @@ void launch(const AttentionParams& p, const int32_t* d_cu, int64_t nseq, int64_t
                   static_cast<unsigned>(nseq));
   attention_kernel<HD><<<grid, kThreads, smem_bytes<HD>(), s>>>(
       p.q.data_as<uint16_t>(), p.k.data_as<uint16_t>(), p.v.data_as<uint16_t>(), p.o.data_as<uint16_t>(),
-      p.sinks.data_as<float>() + p.head_begin, d_cu, static_cast<int>(p.q.size(1)), p.scale);
+      p.lse.defined() ? nullptr : p.sinks.data_as<float>() + p.head_begin, d_cu, static_cast<int>(p.q.size(1)),
+      p.scale, p.lse.defined() ? p.lse.data_as<float>() : nullptr);
   MAGI2_CUDA_CHECK_LAUNCH("attention");
 }
 
 }  // namespace
 
-void attention(const AttentionParams& p, cudaStream_t s) {
+AttentionShape check_attention(const AttentionParams& p) {
   MAGI2_CHECK(p.cu_seqlens.defined() && p.cu_seqlens.numel() >= 2, "attention: cu_seqlens is missing");
-  const int32_t* d_cu = check_index_on(Device::CUDA, p.cu_seqlens, p.cu_seqlens.numel(), "attention.cu_seqlens");
+  AttentionShape a;
+  a.cu = check_index_on(Device::CUDA, p.cu_seqlens, p.cu_seqlens.numel(), "attention.cu_seqlens");
   for (const Tensor* x : {&p.q, &p.k, &p.v, &p.o})
     MAGI2_CHECK(x->defined() && x->device() == Device::CUDA && x->dim() == 3 && x->is_contiguous() &&
                     x->dtype() == DType::BF16 && x->shape() == p.q.shape() &&
-                    reinterpret_cast<uintptr_t>(x->data()) % 4 == 0,
-                "attention: q, k, v, o must be contiguous, 4-byte aligned bf16 CUDA tensors of one shape [T, H, hd], "
+                    reinterpret_cast<uintptr_t>(x->data()) % 16 == 0,
+                "attention: q, k, v, o must be contiguous, 16-byte aligned bf16 CUDA tensors of one shape [T, H, hd], "
                 "got ",
                 shape_str(x->shape()));
-  const int64_t t = p.q.size(0), h = p.q.size(1), hd = p.q.size(2);
-  MAGI2_CHECK(p.max_seqlen >= 0 && p.max_seqlen <= t, "attention: max_seqlen ", p.max_seqlen, " outside [0, ", t, "]");
-  const int64_t max_len = p.max_seqlen > 0 ? p.max_seqlen : t;
-  MAGI2_CHECK(p.sinks.defined() && p.sinks.device() == Device::CUDA && p.sinks.dtype() == DType::F32 &&
-                  p.sinks.numel() >= p.head_begin + h && p.head_begin >= 0,
-              "attention.sinks: expected at least ", p.head_begin + h, " f32 values on the GPU");
-  MAGI2_CHECK(hd == 64 || hd == 128, "CUDA backend: attention is implemented for head dim 64 and 128, got ", hd);
-  const int64_t nseq = p.cu_seqlens.numel() - 1;
-  MAGI2_CHECK(nseq <= 65535 && h <= 65535, "attention: more than 65535 samples or heads");
-  if (t == 0 || h == 0 || max_len == 0) return;
-  if (hd == 64)
-    launch<64>(p, d_cu, nseq, max_len, s);
+  a.t = p.q.size(0);
+  a.h = p.q.size(1);
+  a.hd = p.q.size(2);
+  a.nseq = p.cu_seqlens.numel() - 1;
+  MAGI2_CHECK(p.max_seqlen >= 0 && p.max_seqlen <= a.t, "attention: max_seqlen ", p.max_seqlen, " outside [0, ", a.t,
+              "]");
+  a.max_len = p.max_seqlen > 0 ? p.max_seqlen : a.t;
+  if (p.lse.defined()) {
+    MAGI2_CHECK(p.lse.device() == Device::CUDA && p.lse.dtype() == DType::F32 && p.lse.is_contiguous() &&
+                    p.lse.numel() == a.t * a.h,
+                "attention.lse: expected contiguous f32 [", a.t, ", ", a.h, "] on the GPU, got ",
+                shape_str(p.lse.shape()));
+  } else {
+    MAGI2_CHECK(p.sinks.defined() && p.sinks.device() == Device::CUDA && p.sinks.dtype() == DType::F32 &&
+                    p.sinks.numel() >= p.head_begin + a.h && p.head_begin >= 0,
+                "attention.sinks: expected at least ", p.head_begin + a.h, " f32 values on the GPU");
+  }
+  return a;
+}
+
+void attention_fp32(const AttentionParams& p, cudaStream_t s) {
+  const AttentionShape a = check_attention(p);
+  MAGI2_CHECK(a.hd == 64 || a.hd == 128, "CUDA backend: attention is implemented for head dim 64 and 128, got ",
+              a.hd);
+  MAGI2_CHECK(a.nseq <= 65535 && a.h <= 65535, "attention: more than 65535 samples or heads");
+  if (a.t == 0 || a.h == 0 || a.max_len == 0) return;
+  if (a.hd == 64)
+    launch<64>(p, a.cu, a.nseq, a.max_len, s);
   else
-    launch<128>(p, d_cu, nseq, max_len, s);
+    launch<128>(p, a.cu, a.nseq, a.max_len, s);
 }
 
 }  // namespace magi2::cuda

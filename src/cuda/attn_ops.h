@@ -22,7 +22,32 @@ void rope_table(const RopeTableParams& p, cudaStream_t s);  // rope.cu
 /// RopeParams (src_rows on the device; an out-of-range source row reads its own
 /// row, no host check), bit-identical to the CPU on valid input.
 void rope(const RopeParams& p, cudaStream_t s);  // rope.cu
-/// AttentionParams: flash-attention-style fp32 online softmax (attention.cu).
+/// The checked shape of an attention call (attention.cu).
+struct AttentionShape {
+  int64_t t = 0, h = 0, hd = 0, nseq = 0, max_len = 0;
+  const int32_t* cu = nullptr;  ///< cu_seqlens on the device
+};
+/// Checks AttentionParams for the CUDA backend (devices, dtypes, shapes, 16-byte
+/// alignment, lse or sinks); throws Error naming the bad tensor.
+AttentionShape check_attention(const AttentionParams& p);
+/// AttentionParams: cuDNN SDPA on the tensor cores (attention_cudnn.cpp) where
+/// it applies, else attention_fp32. Builds a cuDNN plan on the first call of a
+/// request shape; throws if that first call happens during stream capture.
 void attention(const AttentionParams& p, cudaStream_t s);
+/// AttentionParams (deferred sink too): the fp32 CUDA-core flash kernel
+/// (attention.cu), head dims 64 and 128; the fallback and test oracle.
+void attention_fp32(const AttentionParams& p, cudaStream_t s);
+/// AttnQkvParams: one kernel, bit-identical to rms_norm + rope + gather_rows (attn_glue.cu).
+void attn_qkv(const AttnQkvParams& p, cudaStream_t s);
+/// AttnOutParams: one kernel for sink factor + gather + gate (attn_glue.cu).
+void attn_out(const AttnOutParams& p, cudaStream_t s);
+/// In place o[t, h, :] = bf16(o * exp(lse - logaddexp(lse, sinks[h]))): o [T, H, hd]
+/// bf16 contiguous, lse [T, H] f32 and sinks [H] f32 device pointers (attn_glue.cu).
+void sink_correct(const Tensor& o, const float* lse, const float* sinks, cudaStream_t s);
+/// cuDNN's ragged metadata from cu_seqlens [nseq+1] (device): seq[b] = cu[b+1] - cu[b]
+/// (i32 [nseq]), off_x[b] = cu[b] * token_elems and off_s[b] = cu[b] * stats_elems
+/// (i64 [nseq+1] element offsets). Device only, no host read (attn_glue.cu).
+void ragged_meta(const int32_t* cu, int64_t nseq, int64_t token_elems, int64_t stats_elems, int32_t* seq,
+                 int64_t* off_x, int64_t* off_s, cudaStream_t s);
 
 }  // namespace magi2::cuda

@@ -135,6 +135,8 @@ class CudaBackend final : public Backend {
   void rope_table(const RopeTableParams& p) override { cuda::rope_table(p, stream_); }
   void rope(const RopeParams& p) override { cuda::rope(p, stream_); }
   void attention(const AttentionParams& p) override { cuda::attention(p, stream_); }
+  void attn_qkv(const AttnQkvParams& p) override { cuda::attn_qkv(p, stream_); }
+  void attn_out(const AttnOutParams& p) override { cuda::attn_out(p, stream_); }
 
  private:
   int device_;

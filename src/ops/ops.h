@@ -124,6 +124,13 @@ struct RopeParams {
 /// the host-known bound on cu[b+1] - cu[b] (static per request shape: the CUDA
 /// backend sizes its grid and plans by it; 0 means T). The CPU backend checks
 /// the boundaries; the CUDA backend cannot without a host sync.
+///
+/// Deferred sink (`lse` given, [T, H] f32 contiguous): o is then the plain
+/// attention output bf16(sum e^(s qk - m) v / l) WITHOUT the sink factor (the
+/// FA3 output of the official path) and lse[t, h] = m + log(l), the fp32
+/// natural-log sum of exp(s qk) over the sample's keys; `sinks` is not read.
+/// attn_out applies the sink afterwards at the official rounding point, so
+/// attention(lse) + attn_out gives the bytes of attention() + gather_rows + gate.
 struct AttentionParams {
   Tensor q, k, v;
   Tensor sinks;  ///< [>= head_begin + H] f32
@@ -132,6 +139,49 @@ struct AttentionParams {
   int64_t max_seqlen = 0;
   float scale = 0.f;
   int head_begin = 0;
+  Tensor lse;  ///< optional [T, H] f32 output: defer the sink to attn_out
+};
+
+/// Attention producer after the qkv GEMM (spec §6 steps 4-6), one op:
+/// for output (token-order) row n and source row s = src_rows[n] of qkv
+/// (modality order), per head h:
+///   q[n, h, :] = bf16(rope(f32 RMSNorm(qkv[s, q head h]) * (1 + q_norm_m), table[n]))
+///   k[n, h, :] likewise with the k columns and k_norm,
+///   v[n, :, :] = qkv[s, v columns],
+/// where m is row s's group. Bytes equal rms_norm(heads=H, f32 out) + rope
+/// (src_rows) for q and k and gather_rows for v (the CPU backend runs exactly
+/// that sequence). qkv [R, 3*H*hd] bf16 (row-strided ok; q | k | v column
+/// blocks), q_norm / k_norm [G*hd] f32, table [R, 6*nb] f32 in token order
+/// (6*nb <= hd), src_rows [R] i32 on the backend's device (a permutation),
+/// q, k, v [R, H, hd] bf16 contiguous. hd, H are taken from q.
+struct AttnQkvParams {
+  Tensor qkv;
+  Tensor q_norm, k_norm;
+  Tensor table;
+  Tensor src_rows;
+  Tensor q, k, v;
+  Groups groups;  ///< row groups of qkv (modality order)
+  float eps = 1e-6f;
+};
+
+/// Attention consumer before the output projection (spec §6 steps 7-9), one op:
+/// for output (modality-order) row n, head h, with r = src_rows[n]:
+///   c = bf16(o[r, h, :] * exp(lse[r, h] - logaddexp(lse[r, h], sink_h)))  if lse is given
+///   c = o[r, h, :]                                                         otherwise
+///   out[n, h, :] = bf16(c * bf16(sigmoid(g[n, h])))
+/// sink_h = sinks[head_begin + h] (not scaled). Bytes equal the sink factor of
+/// attention() (lse given) + gather_rows(src_rows) + gate. o [T, H, hd] bf16
+/// contiguous (token order), lse [T, H] f32 (attention's deferred-sink output),
+/// g [T, H] bf16 (row-strided ok, modality order), src_rows [T] i32 on the
+/// backend's device, out [T, H, hd] bf16 contiguous (must not alias o).
+struct AttnOutParams {
+  Tensor o;
+  Tensor lse;    ///< optional
+  Tensor sinks;  ///< [>= head_begin + H] f32; read only with lse
+  int head_begin = 0;
+  Tensor g;
+  Tensor src_rows;
+  Tensor out;
 };
 
 /// Per-head sigmoid output gate (spec §6 step 9), in place:
@@ -582,6 +632,8 @@ class Backend {
   virtual void rope_table(const RopeTableParams& p) = 0;
   virtual void rope(const RopeParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
+  virtual void attn_qkv(const AttnQkvParams& p) = 0;
+  virtual void attn_out(const AttnOutParams& p) = 0;
   virtual void gate(const GateParams& p) = 0;
   virtual void add(const AddParams& p) = 0;
   virtual void copy_cols(const CopyColsParams& p) = 0;

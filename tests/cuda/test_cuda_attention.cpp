@@ -5,7 +5,7 @@
 // for bit; rope_table within 1 fp32 ulp (sin/cos correctly rounded on the GPU,
 // glibc's sinf/cosf on the CPU); attention within a measured bf16-ulp bound
 // (other exp, other summation order; docs/cuda.md). Every test skips when no
-// GPU is present (CI). MAGI2_CUDA_BENCH=1 also times attention at 272p.
+// GPU is present (CI). Timing: bench/bench_attention.cpp.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -22,6 +22,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "cuda/attn_ops.h"
 #include "cuda/backend_cuda.h"
 #include "cuda_fixture.h"
 #include "ops/ops.h"
@@ -162,7 +163,9 @@ struct AttnCase {
   float q_sigma;
 };
 
-TEST_F(CudaAttentionTest, AttentionCloseToCpu) {
+// The fp32 CUDA-core kernel (the fallback and oracle of the cuDNN path,
+// test_cuda_attn_cudnn.cpp has the backend's tensor-core attention).
+TEST_F(CudaAttentionTest, Fp32AttentionCloseToCpu) {
   const std::vector<AttnCase> cases = {
       {{0, 1200, 1200, 2900}, 24, 128, 0, 2.f},  // DiT heads, an empty sample, ragged tiles
       {{0, 5, 37, 100}, 4, 64, 2, 1.f},          // golden tiny shape, a head slice of 8 sinks
@@ -182,7 +185,8 @@ TEST_F(CudaAttentionTest, AttentionCloseToCpu) {
     Tensor d_o = poisoned({t, c.heads, c.hd}, DType::BF16);
     const AttentionParams ap{.q = d_q, .k = d_k, .v = d_v, .sinks = d_s, .o = d_o, .cu_seqlens = up(i32(c.cu)),
                              .max_seqlen = max_len(c.cu), .scale = scale, .head_begin = c.head_begin};
-    gpu_->attention(ap);
+    auto stream = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
+    cuda::attention_fp32(ap, stream);
     Tensor got = down(d_o);
     const test::Diff dd = test::compare(got, want);
     int64_t hist[4] = {}, worst = 0;
@@ -205,7 +209,7 @@ TEST_F(CudaAttentionTest, AttentionCloseToCpu) {
     EXPECT_GE(static_cast<double>(hist[0]), 0.999 * n);             // at least 99.9 % identical
     EXPECT_LE(static_cast<double>(hist[2] + hist[3]), 1e-4 * n + 1);  // at most 0.01 % beyond 1 ulp
     // Deterministic: a second run gives the same bytes.
-    gpu_->attention(ap);
+    cuda::attention_fp32(ap, stream);
     EXPECT_EQ(count_diff(down(d_o), got, "attention, second run"), 0);
   }
 }
@@ -229,48 +233,6 @@ TEST_F(CudaAttentionTest, RopeAndAttentionReplayFromACudaGraph) {
   step();
   Tensor eager = down(o);
   EXPECT_EQ(count_diff(replay_as_graph(step, o), eager, "graph replay"), 0);
-}
-
-TEST_F(CudaAttentionTest, BenchAttentionAt272p) {
-  if (!std::getenv("MAGI2_CUDA_BENCH")) GTEST_SKIP() << "set MAGI2_CUDA_BENCH=1 to time";
-  // Two CFG branches of a 10 s 272p clip: 14,586 video/audio + 256 text tokens each (spec §13).
-  const std::vector<int32_t> cu = {0, 14842, 29684};
-  const int64_t t = cu.back(), h = 24, hd = 128;
-  Tensor q = gpu_->alloc({t, h, hd}, DType::BF16), k = gpu_->alloc({t, h, hd}, DType::BF16);
-  Tensor v = gpu_->alloc({t, h, hd}, DType::BF16), o = gpu_->alloc({t, h, hd}, DType::BF16);
-  Tensor src = up(random({4096, h * hd}, DType::BF16));
-  std::vector<int32_t> idx(static_cast<size_t>(t));
-  for (auto& i : idx) i = static_cast<int32_t>(rng_() % 4096);
-  const Tensor d_idx = up(i32(idx));
-  for (Tensor* x : {&q, &k, &v}) gpu_->gather_rows({.src = src, .dst = x->reshape({t, h * hd}), .index = d_idx});
-  Tensor sinks = up(random({h}, DType::F32));
-  auto s = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
-  const AttentionParams ap{.q = q, .k = k, .v = v, .sinks = sinks, .o = o, .cu_seqlens = up(i32(cu)),
-                           .max_seqlen = max_len(cu), .scale = 0.0884f};
-  gpu_->attention(ap);
-  cuda_synchronize(*gpu_);
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> ms;
-  for (int r = 0; r < 5; ++r) {
-    cudaEventRecord(e0, s);
-    gpu_->attention(ap);
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    float m = 0;
-    cudaEventElapsedTime(&m, e0, e1);
-    ms.push_back(m);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  double flop = 0;
-  for (size_t b = 1; b < cu.size(); ++b) flop += 4.0 * h * hd * double(cu[b] - cu[b - 1]) * double(cu[b] - cu[b - 1]);
-  const double med = ms[ms.size() / 2];
-  std::printf("\n| attention 2 x 14842 tokens, 24 x 128 | %.2f ms (median of 5) | %.1f TFLOP/s | floor %.2f ms at "
-              "989.4 TFLOP/s | floor / ms %.4f |\n",
-              med, flop / med * 1e-9, flop / 989.4e12 * 1e3, flop / 989.4e12 * 1e3 / med);
 }
 
 }  // namespace

@@ -48,23 +48,20 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
   DitWorkspace& ws = *ws_;
   const DitLayerWeights& L = w_.layers[l];
   const Groups& g = L.mm ? ws.groups3 : ws.groups1;
-  const int64_t n = ws.n, d = arch_.hidden_size, h = arch_.num_heads_q(), hd = arch_.head_dim;
+  const int64_t n = ws.n, d = arch_.hidden_size, hd = arch_.head_dim;
 
   be_.rms_norm({.x = a, .w = L.attn_pre_norm, .y = ws.xn, .groups = g});
   be_.linear({.x = ws.xn, .w = L.linear_g, .y = ws.g, .groups = g});
   be_.linear({.x = ws.xn, .w = L.linear_qkv, .y = ws.qkv, .groups = g});
-  // Per-head q/k RMSNorm to fp32 (one weight shared by the heads, spec §6 step 4).
-  be_.rms_norm({.x = ws.qkv.slice_cols(0, d), .w = L.q_norm, .y = ws.qf.reshape({n, d}), .groups = g, .heads = h});
-  be_.rms_norm({.x = ws.qkv.slice_cols(d, 2 * d), .w = L.k_norm, .y = ws.kf.reshape({n, d}), .groups = g, .heads = h});
-  // Back to original token order for RoPE and the attention core (spec §6 steps 5-7).
-  be_.rope({.x = ws.qf, .table = ws.rope, .out = ws.q, .src_rows = ws.inv});
-  be_.rope({.x = ws.kf, .table = ws.rope, .out = ws.k, .src_rows = ws.inv});
-  be_.gather_rows({.src = ws.qkv.slice_cols(2 * d, 3 * d), .dst = ws.v.reshape({n, d}), .index = ws.inv});
+  // Per-head q/k RMSNorm, RoPE and the un-permute to token order, v gathered (spec §6 steps 4-6).
+  be_.attn_qkv({.qkv = ws.qkv, .q_norm = L.q_norm, .k_norm = L.k_norm, .table = ws.rope, .src_rows = ws.inv,
+                .q = ws.q, .k = ws.k, .v = ws.v, .groups = g});
+  // The core writes the FA3 output and its log-sum-exp; the sink, the output gate and the permute back
+  // to modality order follow in one op (spec §6 steps 7-9).
   be_.attention({.q = ws.q, .k = ws.k, .v = ws.v, .sinks = L.sinks, .o = ws.o, .cu_seqlens = ws.cu_seqlens,
                  .max_seqlen = ws.max_seqlen,
-                 .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))});
-  be_.gather_rows({.src = ws.o.reshape({n, d}), .dst = ws.o_p.reshape({n, d}), .index = ws.perm});
-  be_.gate({.o = ws.o_p, .g = ws.g});
+                 .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .lse = ws.lse});
+  be_.attn_out({.o = ws.o, .lse = ws.lse, .sinks = L.sinks, .g = ws.g, .src_rows = ws.perm, .out = ws.o_p});
   be_.linear({.x = ws.o_p.reshape({n, d}), .w = L.linear_proj, .y = out, .groups = g});
 }
 

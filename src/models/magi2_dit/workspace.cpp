@@ -22,8 +22,7 @@ DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, Ba
   xn = be.alloc({n, d}, B);
   g = be.alloc({n, h}, B);
   qkv = be.alloc({n, 3 * d}, B);
-  qf = be.alloc({n, h, hd}, F);
-  kf = be.alloc({n, h, hd}, F);
+  lse = be.alloc({n, h}, F);
   q = be.alloc({n, h, hd}, B);
   k = be.alloc({n, h, hd}, B);
   v = be.alloc({n, h, hd}, B);
@@ -51,7 +50,7 @@ DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, Ba
   coords_in = be.alloc({n, 9}, F);
   temb_in = be.alloc({n, 64}, F);
   for (const Tensor* t : {&x_p, &temb_p, &rope, &h0, &state, &logits, &h_pre, &h_post, &h_res, &branch_in,
-                          &branch_out, &xn, &g, &qkv, &qf, &kf, &q, &k, &v, &o, &o_p, &u, &z, &r, &routed, &merged,
+                          &branch_out, &xn, &g, &qkv, &lse, &q, &k, &v, &o, &o_p, &u, &z, &r, &routed, &merged,
                           &su, &sz, &s2, &m2, &topk_idx, &topk_w, &margin, &forced, &fin, &out_p, &out, &x_in,
                           &coords_in, &temb_in})
     if (t->defined()) bytes += t->nbytes();

@@ -46,7 +46,7 @@ class DitWorkspace {
   // attention
   Tensor g;          ///< [N, H] bf16 gate logits
   Tensor qkv;        ///< [N, 3D] bf16
-  Tensor qf, kf;     ///< [N, H, hd] f32 normed q, k (permuted)
+  Tensor lse;        ///< [N, H] f32 attention log-sum-exp (token order), the deferred sink's input
   Tensor q, k, v;    ///< [N, H, hd] bf16 (original order)
   Tensor o;          ///< [N, H, hd] bf16 attention output (original order)
   Tensor o_p;        ///< [N, H, hd] bf16 (permuted)

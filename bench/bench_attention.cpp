@@ -1,0 +1,219 @@
+// Times the DiT's attention block on the CUDA backend (issue 10, docs/perf.md):
+// the core (cuDNN SDPA with the deferred sink's LSE), the whole fused block
+// (attn_qkv + core + attn_out, i.e. after the qkv GEMM to before the output
+// projection), the same block unfused (the op sequence Dit::attention ran
+// before: 2 x rms_norm, 2 x rope, gather v, attention with the sink, gather o,
+// gate), and a same-run ceiling (a cuBLASLt bf16 8192^3 GEMM through the
+// backend's linear). CUDA events on the backend's stream, median of N timed
+// runs after warm-ups; TFLOP/s counts 4 * L^2 * hd * H per sample.
+//
+// Usage: bench_attention [--reps N] [--fp32]   (--fp32 also times the fp32 kernel at 272p, ~0.2 s a call)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "cuda/attn_ops.h"
+#include "cuda/backend_cuda.h"
+#include "ops/ops.h"
+
+namespace magi2 {
+namespace {
+
+struct Bench {
+  Backend& be;
+  cudaStream_t s;
+  int reps;
+
+  /// Median milliseconds of `f` over `reps` runs after 3 warm-ups.
+  double time(const std::function<void()>& f) {
+    for (int i = 0; i < 3; ++i) f();
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<double> ms;
+    for (int r = 0; r < reps; ++r) {
+      cudaEventRecord(e0, s);
+      f();
+      cudaEventRecord(e1, s);
+      cudaEventSynchronize(e1);
+      float m = 0;
+      cudaEventElapsedTime(&m, e0, e1);
+      ms.push_back(m);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+};
+
+std::mt19937 rng(2026);
+
+Tensor host_random(const Shape& shape, DType dt, float sigma) {
+  Tensor t = Tensor::empty(shape, dt);
+  std::normal_distribution<float> nd(0.f, sigma);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dt == DType::F32)
+      t.data_as<float>()[i] = nd(rng);
+    else
+      t.data_as<uint16_t>()[i] = f32_to_bf16_bits(nd(rng));
+  }
+  return t;
+}
+
+/// A device [rows, cols] tensor filled with rows of a small random block (random rows, cheap at 100k rows).
+Tensor device_random(Backend& be, int64_t rows, int64_t cols, DType dt, float sigma) {
+  const int64_t pool = std::min<int64_t>(rows, 2048);
+  Tensor src = to_backend(be, host_random({pool, cols}, dt, sigma));
+  std::vector<int32_t> idx(static_cast<size_t>(rows));
+  for (auto& i : idx) i = static_cast<int32_t>(rng() % pool);
+  Tensor out = be.alloc({rows, cols}, dt);
+  be.gather_rows({.src = src, .dst = out, .index = to_backend(be, Tensor::from_i32({rows}, idx))});
+  return out;
+}
+
+double ceiling_tflops(Backend& be, Bench& b) {
+  const int64_t n = 8192;
+  Tensor x = device_random(be, n, n, DType::BF16, 1.f), w = device_random(be, n, n, DType::BF16, 0.01f);
+  Tensor y = be.alloc({n, n}, DType::BF16);
+  const double ms = b.time([&] { be.linear({.x = x, .w = w, .y = y, .groups = Groups::single(n)}); });
+  const double tf = 2.0 * n * n * n / ms * 1e-9;
+  std::printf("ceiling: cuBLASLt bf16 GEMM 8192^3 %.3f ms, %.1f TFLOP/s\n", ms, tf);
+  return tf;
+}
+
+/// Times one request shape; returns the core's milliseconds.
+double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int32_t>& lens, double ceil, bool fp32) {
+  const int64_t h = 24, hd = 128, d = h * hd, nb = 16;
+  std::vector<int32_t> cu = {0};
+  for (int32_t l : lens) cu.push_back(cu.back() + l);
+  const int64_t t = cu.back();
+  const int64_t max_len = *std::max_element(lens.begin(), lens.end());
+  double flop = 0;
+  for (int32_t l : lens) flop += 4.0 * double(l) * double(l) * hd * h;
+
+  // Inputs as the DiT holds them: qkv and g in modality order, a permutation to token order.
+  Tensor qkv = device_random(be, t, 3 * d, DType::BF16, 1.f), gw = device_random(be, t, h, DType::BF16, 1.f);
+  Tensor table = device_random(be, t, 6 * nb, DType::F32, 1.f);
+  Tensor qn = to_backend(be, host_random({hd}, DType::F32, 0.1f));
+  Tensor kn = to_backend(be, host_random({hd}, DType::F32, 0.1f));
+  Tensor sinks = to_backend(be, host_random({h}, DType::F32, 1.f));
+  std::vector<int32_t> perm(static_cast<size_t>(t)), inv(perm.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (size_t i = 0; i < perm.size(); ++i) inv[static_cast<size_t>(perm[i])] = static_cast<int32_t>(i);
+  const Tensor d_perm = to_backend(be, Tensor::from_i32({t}, perm)), d_inv = to_backend(be, Tensor::from_i32({t}, inv));
+  const Tensor d_cu = to_backend(be, Tensor::from_i32({static_cast<int64_t>(cu.size())}, cu));
+  Tensor q = be.alloc({t, h, hd}, DType::BF16), k = be.alloc({t, h, hd}, DType::BF16);
+  Tensor v = be.alloc({t, h, hd}, DType::BF16), o = be.alloc({t, h, hd}, DType::BF16);
+  Tensor o_p = be.alloc({t, h, hd}, DType::BF16), lse = be.alloc({t, h}, DType::F32);
+  const Groups g = Groups::single(t);
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
+
+  auto producer = [&] {
+    be.attn_qkv({.qkv = qkv, .q_norm = qn, .k_norm = kn, .table = table, .src_rows = d_inv, .q = q, .k = k, .v = v,
+                 .groups = g});
+  };
+  const AttentionParams core_p{.q = q, .k = k, .v = v, .sinks = sinks, .o = o, .cu_seqlens = d_cu,
+                               .max_seqlen = max_len, .scale = scale, .lse = lse};
+  auto core = [&] { be.attention(core_p); };
+  auto consumer = [&] { be.attn_out({.o = o, .lse = lse, .sinks = sinks, .g = gw, .src_rows = d_perm, .out = o_p}); };
+  producer();
+  core();  // first call: builds the cuDNN plan of this shape
+  cuda_synchronize(be);
+
+  const double t_core = b.time(core);
+  AttentionParams sink_p = core_p;
+  sink_p.lse = Tensor();
+  const double t_core_sink = b.time([&] { be.attention(sink_p); });
+  const double t_prod = b.time(producer), t_cons = b.time(consumer);
+  const double t_block = b.time([&] {
+    producer();
+    core();
+    consumer();
+  });
+  Tensor qf = be.alloc({t, h, hd}, DType::F32), kf = be.alloc({t, h, hd}, DType::F32);
+  const double t_unfused = b.time([&] {
+    be.rms_norm({.x = qkv.slice_cols(0, d), .w = qn, .y = qf.reshape({t, d}), .groups = g, .heads = h});
+    be.rms_norm({.x = qkv.slice_cols(d, 2 * d), .w = kn, .y = kf.reshape({t, d}), .groups = g, .heads = h});
+    be.rope({.x = qf, .table = table, .out = q, .src_rows = d_inv});
+    be.rope({.x = kf, .table = table, .out = k, .src_rows = d_inv});
+    be.gather_rows({.src = qkv.slice_cols(2 * d, 3 * d), .dst = v.reshape({t, d}), .index = d_inv});
+    be.attention(sink_p);
+    be.gather_rows({.src = o.reshape({t, d}), .dst = o_p.reshape({t, d}), .index = d_perm});
+    be.gate({.o = o_p, .g = gw});
+  });
+  auto tf = [&](double ms) { return flop / ms * 1e-9; };
+  std::printf("\n%s: samples", name);
+  for (int32_t l : lens) std::printf(" %d", l);
+  std::printf(", %lld x %lld, %.3g GFLOP\n", static_cast<long long>(h), static_cast<long long>(hd), flop * 1e-9);
+  std::printf("| what | ms | TFLOP/s | of ceiling |\n|---|---:|---:|---:|\n");
+  auto row = [&](const char* what, double ms) {
+    std::printf("| %s | %.3f | %.1f | %.3f |\n", what, ms, tf(ms), tf(ms) / ceil);
+  };
+  row("core: cuDNN SDPA + LSE (deferred sink)", t_core);
+  row("core + in-place sink correction (attention op)", t_core_sink);
+  std::printf("| producer attn_qkv | %.3f | | |\n| consumer attn_out | %.3f | | |\n", t_prod, t_cons);
+  row("fused block: attn_qkv + core + attn_out", t_block);
+  row("unfused block (the previous op sequence)", t_unfused);
+  std::printf("block / core = %.3f (target <= 1.1); unfused / fused = %.3f\n", t_block / t_core, t_unfused / t_block);
+  if (fp32) {
+    auto st = static_cast<cudaStream_t>(cuda_stream_of(be));
+    Bench slow{be, b.s, 3};
+    const double t32 = slow.time([&] { cuda::attention_fp32(sink_p, st); });
+    row("fp32 CUDA-core kernel (before, with the sink)", t32);
+  }
+  return t_core;
+}
+
+int run(int argc, char** argv) {
+  int reps = 15;
+  bool fp32 = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::max(1, std::atoi(argv[++i]));
+    else if (!std::strcmp(argv[i], "--fp32"))
+      fp32 = true;
+    else
+      throw Error(str_cat("bench_attention: unknown argument '", argv[i],
+                          "' (usage: bench_attention [--reps N] [--fp32])"));
+  }
+  if (cuda_device_count() == 0) throw Error("bench_attention: no CUDA GPU present");
+  auto be = make_cuda_backend(0);
+  Bench b{*be, static_cast<cudaStream_t>(cuda_stream_of(*be)), reps};
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("GPU: %s; median of %d runs after 3 warm-ups, CUDA events on the backend stream\n", prop.name, reps);
+  const double ceil = ceiling_tflops(*be, b);
+  const double t272 = run_shape(*be, b, "272p", {14886, 14986}, ceil, fp32);
+  // Without cuDNN (fp32 fallback, ~0.2 s a call at 272p) 540p would take minutes.
+  if (t272 > 50.0)
+    std::printf("\n540p skipped: the core took %.1f ms at 272p (no cuDNN plan?)\n", t272);
+  else
+    run_shape(*be, b, "540p", {57894, 57994}, ceil, false);
+  return 0;
+}
+
+}  // namespace
+}  // namespace magi2
+
+int main(int argc, char** argv) {
+  try {
+    return magi2::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,202 @@
+// The CUDA backend's attention entry point: cuDNN 9 SDPA (flash attention on
+// the tensor cores) through the header-only cudnn-frontend, the learned sink
+// applied afterwards (spec magi2-dit.md §6 step 7, §6.1; docs/cuda.md).
+//
+// Layout: our [T, H, hd] bf16 buffers as they are, described to cuDNN as
+// ragged THD: dims (B, H, max_seqlen, hd), strides (-, hd, H*hd, 1), one
+// ragged offset per sample (cu[b] * H * hd elements) on Q, K, V and O, the
+// padding mask with per-sample lengths. Stats (the fp32 natural-log LSE, no
+// sink) are ragged too, strides (-, 1, H, 1): exactly our lse [T, H]. cuDNN
+// writes o_fa = bf16(P V / l) once; the sink factor then multiplies that bf16
+// value and rounds again: the official FA3 + correction rounding points.
+//
+// One plan per request shape (B, max_seqlen, T, H, hd, scale), built on its
+// first call, which must be outside stream capture; the lengths and offsets
+// are derived on the device from cu_seqlens (ragged_meta), so a captured step
+// reads nothing on the host. Shapes cuDNN cannot take (or a failed plan
+// build, reported once on stderr) run the fp32 kernel (attention.cu);
+// MAGI2_CUDA_ATTENTION=fp32 forces it.
+#include "cuda/attn_ops.h"
+#include "cuda/cuda_common.h"
+
+#if MAGI2_HAVE_CUDNN
+
+#include <cudnn.h>
+#include <cudnn_frontend.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+namespace magi2::cuda {
+
+namespace {
+
+namespace fe = cudnn_frontend;
+
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kSeqQ, kSeqKv, kOffQ, kOffK, kOffV, kOffO, kOffStats };
+
+using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t>;  // B, s_max, T, H, hd, scale
+
+/// A built cuDNN graph and the device buffers it runs with (owned for the process).
+struct Plan {
+  std::shared_ptr<fe::graph::Graph> graph;
+  void* workspace = nullptr;
+  int32_t* seq = nullptr;       ///< [B] lengths
+  int64_t* off_x = nullptr;     ///< [B+1] element offsets into q, k, v, o
+  int64_t* off_s = nullptr;     ///< [B+1] element offsets into the stats
+  float* stats = nullptr;       ///< [T, H] scratch when the caller applies no deferred sink
+  ~Plan() {
+    for (void* p : {workspace, static_cast<void*>(seq), static_cast<void*>(off_x), static_cast<void*>(off_s),
+                    static_cast<void*>(stats)})
+      if (p) cudaFree(p);  // errors ignored: may run at process exit
+  }
+};
+
+struct State {
+  std::mutex mu;
+  cudnnHandle_t handle = nullptr;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;  // nullptr: cuDNN cannot run this shape
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: no cuDNN calls during static destruction
+  return *s;
+}
+
+void check_fe(fe::error_t e, const char* step) {
+  if (e.is_bad()) throw Error(str_cat("cuDNN ", step, ": ", e.get_message()));
+}
+
+template <typename T>
+T* device_alloc(size_t count) {
+  void* p = nullptr;
+  MAGI2_CUDA_CHECK(cudaMalloc(&p, count * sizeof(T) > 0 ? count * sizeof(T) : 16));
+  return static_cast<T*>(p);
+}
+
+std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const AttentionShape& a, float scale) {
+  const int64_t b = a.nseq, h = a.h, s = a.max_len, d = a.hd;
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto index = [&](const char* name, int64_t uid, int64_t n, fe::DataType_t type) {
+    return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({n, 1, 1, 1}).set_stride(
+        {1, 1, 1, 1}).set_data_type(type));
+  };
+  const std::vector<int64_t> dims = {b, h, s, d}, strides = {s * h * d, d, h * d, 1};
+  auto thd = [&](const char* name, int64_t uid, int64_t off_uid) {
+    auto off = index("ragged_offset", off_uid, b + 1, fe::DataType_t::INT64);
+    return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dims).set_stride(strides)
+                         .set_ragged_offset(off));
+  };
+  auto q = thd("Q", kQ, kOffQ), k = thd("K", kK, kOffK), v = thd("V", kV, kOffV);
+  auto seq_q = index("seq_q", kSeqQ, b, fe::DataType_t::INT32);
+  auto seq_kv = index("seq_kv", kSeqKv, b, fe::DataType_t::INT32);
+  auto opts = fe::graph::SDPA_attributes()
+                  .set_name("sdpa")
+                  .set_generate_stats(true)
+                  .set_attn_scale(scale)
+                  .set_padding_mask(true)
+                  .set_seq_len_q(seq_q)
+                  .set_seq_len_kv(seq_kv);
+  auto [o, stats] = g->sdpa(q, k, v, opts);
+  o->set_output(true).set_uid(kO).set_dim(dims).set_stride(strides).set_ragged_offset(
+      index("ragged_offset_o", kOffO, b + 1, fe::DataType_t::INT64));
+  stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({b, h, s, 1})
+      .set_stride({s * h, 1, h, 1}).set_ragged_offset(index("ragged_offset_stats", kOffStats, b + 1,
+                                                            fe::DataType_t::INT64));
+  check_fe(g->validate(), "validate");
+  check_fe(g->build_operation_graph(handle), "build_operation_graph");
+  check_fe(g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans");
+  check_fe(g->check_support(handle), "check_support");
+  check_fe(g->build_plans(handle), "build_plans");
+  int64_t ws = 0;
+  check_fe(g->get_workspace_size(ws), "get_workspace_size");
+  auto plan = std::make_unique<Plan>();
+  plan->graph = g;
+  plan->workspace = ws > 0 ? device_alloc<char>(static_cast<size_t>(ws)) : nullptr;
+  plan->seq = device_alloc<int32_t>(b);
+  plan->off_x = device_alloc<int64_t>(b + 1);
+  plan->off_s = device_alloc<int64_t>(b + 1);
+  plan->stats = device_alloc<float>(static_cast<size_t>(a.t * h));
+  return plan;
+}
+
+/// The plan for this shape, built now if new (outside capture only); nullptr
+/// when cuDNN cannot run it.
+Plan* plan_for(const AttentionShape& a, float scale, cudaStream_t s) {
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  uint32_t sb;
+  std::memcpy(&sb, &scale, sizeof sb);
+  const PlanKey key{a.nseq, a.max_len, a.t, a.h, a.hd, sb};
+  auto it = st.plans.find(key);
+  if (it != st.plans.end()) return it->second.get();
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+  if (cap != cudaStreamCaptureStatusNone)
+    throw Error(str_cat("CUDA backend: attention: no cuDNN plan for B=", a.nseq, ", max_seqlen=", a.max_len,
+                        ", T=", a.t, ", H=", a.h, ", hd=", a.hd,
+                        " was built before stream capture (run one eager forward of this request shape first)"));
+  std::unique_ptr<Plan> plan;
+  try {
+    if (!st.handle && cudnnCreate(&st.handle) != CUDNN_STATUS_SUCCESS) {
+      st.handle = nullptr;
+      throw Error("cudnnCreate failed");
+    }
+    plan = build_plan(st.handle, a, scale);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "magi2: cuDNN attention unavailable for B=%lld max_seqlen=%lld H=%lld hd=%lld (%s); "
+                 "using the fp32 kernel\n", static_cast<long long>(a.nseq), static_cast<long long>(a.max_len),
+                 static_cast<long long>(a.h), static_cast<long long>(a.hd), e.what());
+  }
+  return st.plans.emplace(key, std::move(plan)).first->second.get();
+}
+
+bool force_fp32() {
+  static const bool f = [] {
+    const char* e = std::getenv("MAGI2_CUDA_ATTENTION");
+    return e && std::strcmp(e, "fp32") == 0;
+  }();
+  return f;
+}
+
+}  // namespace
+
+void attention(const AttentionParams& p, cudaStream_t s) {
+  const AttentionShape a = check_attention(p);
+  if (a.t == 0 || a.h == 0 || a.max_len == 0) return;
+  // cuDNN's flash forward takes head dims that are multiples of 8 up to 256 (Hopper).
+  Plan* plan = (force_fp32() || a.hd % 8 != 0 || a.hd > 256) ? nullptr : plan_for(a, p.scale, s);
+  if (!plan) return attention_fp32(p, s);
+  ragged_meta(a.cu, a.nseq, a.h * a.hd, a.h, plan->seq, plan->off_x, plan->off_s, s);
+  float* stats = p.lse.defined() ? p.lse.data_as<float>() : plan->stats;
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, p.q.data()},      {kK, p.k.data()},       {kV, p.v.data()},        {kO, p.o.data()},
+      {kStats, stats},       {kSeqQ, plan->seq},     {kSeqKv, plan->seq},     {kOffQ, plan->off_x},
+      {kOffK, plan->off_x},  {kOffV, plan->off_x},   {kOffO, plan->off_x},    {kOffStats, plan->off_s}};
+  State& st = state();
+  {
+    std::lock_guard<std::mutex> lock(st.mu);
+    if (cudnnSetStream(st.handle, s) != CUDNN_STATUS_SUCCESS) throw Error("cuDNN: cudnnSetStream failed");
+    check_fe(plan->graph->execute(st.handle, pack, plan->workspace), "execute");
+  }
+  if (!p.lse.defined()) sink_correct(p.o, stats, p.sinks.data_as<float>() + p.head_begin, s);
+}
+
+}  // namespace magi2::cuda
+
+#else  // no cuDNN in this build: the fp32 kernel serves every call
+
+namespace magi2::cuda {
+void attention(const AttentionParams& p, cudaStream_t s) { attention_fp32(p, s); }
+}  // namespace magi2::cuda
+
+#endif

@@ -1,0 +1,279 @@
+// The attention glue on the CUDA backend, one kernel per side of the core
+// (spec magi2-dit.md §6 steps 4-9): the producer (q/k RMSNorm + RoPE + the
+// permutation into token order, v gathered) and the consumer (sink factor +
+// output gate + the permutation back), plus the small kernel that turns
+// cu_seqlens into cuDNN's per-sample lengths and ragged offsets on the device.
+//
+// Bytes: the producer does the fp32 operations of rms_norm_kernel
+// (elementwise.cu) and rope_kernel (rope.cu) in the same order, so it equals
+// the unfused CUDA path and the CPU reference bit for bit. One half-warp owns
+// one (row, head) vector: its lanes move it with 16-byte accesses into shared
+// memory and back, and lane j sums the squares of elements i = j (mod 16) in
+// ascending i, then the shuffle tree 8, 4, 2, 1 (the order of both backends).
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attn_ops.h"
+#include "cuda/cuda_common.h"
+#include "cuda/device_fp.cuh"
+
+namespace magi2::cuda {
+
+namespace {
+
+using dev::bf16_to_f32;
+using dev::f32_to_bf16;
+using dev::round_bf16;
+
+constexpr int kThreads = 256;
+constexpr int kVecs = kThreads / 16;  // (row, head) vectors per block
+
+/// 8 bf16 values at p as fp32 (one 16-byte load when `vec`).
+__device__ __forceinline__ void load8(const uint16_t* p, bool vec, float* f) {
+  if (vec) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      f[2 * j] = bf16_to_f32(static_cast<uint16_t>(w[j] & 0xffffu));
+      f[2 * j + 1] = bf16_to_f32(static_cast<uint16_t>(w[j] >> 16));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = bf16_to_f32(p[j]);
+  }
+}
+
+/// Stores 8 fp32 values at p as bf16 (one 16-byte store when `vec`).
+__device__ __forceinline__ void store8(uint16_t* p, bool vec, const float* f) {
+  if (vec) {
+    uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      w[j] = static_cast<uint32_t>(f32_to_bf16(f[2 * j])) | (static_cast<uint32_t>(f32_to_bf16(f[2 * j + 1])) << 16);
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) p[j] = f32_to_bf16(f[j]);
+  }
+}
+
+/// exp(lse - logaddexp(lse, sink)) with the CPU's operation sequence (glibc-exact exp; log1pf is CUDA's).
+__device__ __forceinline__ float sink_factor(float lse, float sink) {
+  const float hi = fmaxf(lse, sink), lo = fminf(lse, sink);
+  return dev::exp_f32(lse - (hi + log1pf(dev::exp_f32(lo - hi))));
+}
+
+// blockIdx.y: 0 = q, 1 = k, 2 = v. hd % 8 == 0.
+__global__ void __launch_bounds__(kThreads)
+    attn_qkv_kernel(const uint16_t* __restrict__ qkv, int64_t ldx, const float* __restrict__ q_norm,
+                    const float* __restrict__ k_norm, const float* __restrict__ table, int64_t ldt,
+                    const int32_t* __restrict__ src_rows, uint16_t* __restrict__ q, uint16_t* __restrict__ k,
+                    uint16_t* __restrict__ v, int64_t t, int h, int hd, int half, int4 cu, int groups, float eps,
+                    bool vec) {
+  extern __shared__ float buf[];
+  const int part = blockIdx.y;
+  const int64_t vid = static_cast<int64_t>(blockIdx.x) * kVecs + threadIdx.x / 16;
+  const int lane = threadIdx.x & 15;
+  if (vid >= t * h) return;  // whole half-warps leave together
+  const int64_t n = vid / h;
+  const int head = static_cast<int>(vid % h);
+  int64_t s = src_rows[n];
+  uint16_t* out = (part == 0 ? q : part == 1 ? k : v) + vid * hd;
+  if (s < 0 || s >= t) {  // no host check on the device path: a bad source row gives zeros (as gather_rows)
+    for (int c = lane * 8; c < hd; c += 128)
+      for (int j = 0; j < 8; ++j) out[c + j] = 0;
+    return;
+  }
+  const uint16_t* x = qkv + s * ldx + static_cast<int64_t>(part) * h * hd + static_cast<int64_t>(head) * hd;
+  float f[8];
+  if (part == 2) {
+    for (int c = lane * 8; c < hd; c += 128) {
+      load8(x + c, vec, f);
+      store8(out + c, vec, f);
+    }
+    return;
+  }
+  float* xv = buf + (threadIdx.x / 16) * hd;
+  const unsigned mask = (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu;
+  for (int c = lane * 8; c < hd; c += 128) {
+    load8(x + c, vec, f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) xv[c + j] = f[j];
+  }
+  __syncwarp(mask);
+  float acc = 0.f;
+  for (int i = lane; i < hd; i += 16) acc += xv[i] * xv[i];
+  for (int off = 8; off >= 1; off /= 2) acc += __shfl_down_sync(mask, acc, off, 16);
+  acc = __shfl_sync(mask, acc, 0, 16);
+  const float ms = acc * (1.0f / static_cast<float>(hd));
+  const float rs = 1.0f / sqrtf(ms + eps);
+  const int m = dev::group_of(cu, groups, s);
+  const float* w = (part == 0 ? q_norm : k_norm) + static_cast<int64_t>(m) * hd;
+  __syncwarp(mask);  // every lane has read xv for the sum
+  for (int i = lane; i < hd; i += 16) xv[i] = (xv[i] * rs) * (w[i] + 1.0f);
+  __syncwarp(mask);
+  const float* sn = table + n * ldt;
+  const float* cs = sn + half;
+  for (int c = lane * 8; c < hd; c += 128) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int i = c + j;
+      if (i < half) {
+        const float a = xv[i] * cs[i];
+        const float b = (-xv[i + half]) * sn[i];
+        f[j] = a + b;
+      } else if (i < 2 * half) {
+        const int jj = i - half;
+        const float cc = xv[i] * cs[jj];
+        const float d = xv[jj] * sn[jj];
+        f[j] = cc + d;
+      } else {
+        f[j] = xv[i];
+      }
+    }
+    store8(out + c, vec, f);
+  }
+}
+
+// One half-warp per (output row, head). src_rows, lse and g are optional
+// (identity rows, no sink factor, no gate): the in-place sink correction of
+// attention() is this kernel with out == o and no src_rows / g.
+__global__ void __launch_bounds__(kThreads)
+    attn_out_kernel(const uint16_t* o, const float* __restrict__ lse, const float* __restrict__ sinks,
+                    const uint16_t* __restrict__ g, int64_t ldg, const int32_t* __restrict__ src_rows, uint16_t* out,
+                    int64_t t, int h, int hd, bool vec) {
+  const int64_t vid = static_cast<int64_t>(blockIdx.x) * kVecs + threadIdx.x / 16;
+  const int lane = threadIdx.x & 15;
+  if (vid >= t * h) return;
+  const int64_t n = vid / h;
+  const int head = static_cast<int>(vid % h);
+  const int64_t r = src_rows ? src_rows[n] : n;
+  uint16_t* dst = out + vid * hd;
+  float f[8];
+  if (r < 0 || r >= t) {
+    for (int j = 0; j < 8; ++j) f[j] = 0.f;
+    for (int c = lane * 8; c < hd; c += 128) store8(dst + c, false, f);
+    return;
+  }
+  const float factor = lse ? sink_factor(lse[r * h + head], sinks[head]) : 1.0f;
+  const float s = g ? round_bf16(dev::sigmoid_f32(bf16_to_f32(g[n * ldg + head]))) : 1.0f;
+  const uint16_t* src = o + (r * h + head) * hd;
+  for (int c = lane * 8; c < hd; c += 128) {
+    load8(src + c, vec, f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float y = lse ? round_bf16(f[j] * factor) : f[j];
+      if (g) y = y * s;
+      f[j] = y;
+    }
+    store8(dst + c, vec, f);
+  }
+}
+
+__global__ void ragged_meta_kernel(const int32_t* __restrict__ cu, int64_t nseq, int64_t token_elems,
+                                   int64_t stats_elems, int32_t* __restrict__ seq, int64_t* __restrict__ off_x,
+                                   int64_t* __restrict__ off_s) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b > nseq) return;
+  const int64_t c = cu[b];
+  if (b < nseq) seq[b] = cu[b + 1] - cu[b];
+  off_x[b] = c * token_elems;
+  off_s[b] = c * stats_elems;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+unsigned vec_blocks(int64_t vecs) { return static_cast<unsigned>((vecs + kVecs - 1) / kVecs); }
+
+void check_thd(const Tensor& x, const Shape& shape, const char* what) {
+  MAGI2_CHECK(x.defined() && x.device() == Device::CUDA && x.dtype() == DType::BF16 && x.is_contiguous() &&
+                  x.shape() == shape,
+              what, ": expected contiguous bf16 ", shape_str(shape), " on the GPU, got ",
+              x.defined() ? shape_str(x.shape()) : std::string("nothing"));
+}
+
+}  // namespace
+
+void attn_qkv(const AttnQkvParams& p, cudaStream_t s) {
+  MAGI2_CHECK(p.q.defined() && p.q.dim() == 3, "attn_qkv.q: expected [T, H, hd]");
+  const int64_t t = p.q.size(0), h = p.q.size(1), hd = p.q.size(2);
+  check_thd(p.q, p.q.shape(), "attn_qkv.q");
+  check_thd(p.k, p.q.shape(), "attn_qkv.k");
+  check_thd(p.v, p.q.shape(), "attn_qkv.v");
+  MAGI2_CHECK(hd % 8 == 0 && hd <= 1024, "CUDA backend: attn_qkv needs a head dim that is a multiple of 8, got ", hd);
+  check_2d(p.qkv, t, 3 * h * hd, "attn_qkv.qkv");
+  MAGI2_CHECK(p.qkv.dtype() == DType::BF16, "attn_qkv.qkv: expected bf16");
+  check_groups(p.groups, t, "attn_qkv");
+  for (const Tensor* w : {&p.q_norm, &p.k_norm})
+    MAGI2_CHECK(w->defined() && w->device() == Device::CUDA && w->dtype() == DType::F32 &&
+                    w->numel() == hd * p.groups.count,
+                "attn_qkv: q_norm and k_norm must hold ", hd * p.groups.count, " f32 values on the GPU");
+  MAGI2_CHECK(p.table.defined() && p.table.dim() == 2 && p.table.dtype() == DType::F32,
+              "attn_qkv.table: expected f32 [T, 6*nb]");
+  const int64_t half = p.table.size(1) / 2;
+  check_2d(p.table, t, 2 * half, "attn_qkv.table");
+  MAGI2_CHECK(2 * half <= hd, "attn_qkv: rotary dim ", 2 * half, " exceeds head dim ", hd);
+  const int32_t* rows = check_index_on(Device::CUDA, p.src_rows, t, "attn_qkv.src_rows");
+  if (t == 0 || h == 0) return;
+  const bool vec = aligned16(p.qkv.data()) && p.qkv.row_stride() % 8 == 0 && aligned16(p.q.data()) &&
+                   aligned16(p.k.data()) && aligned16(p.v.data());
+  const int4 cu = make_int4(static_cast<int>(p.groups.cu[0]), static_cast<int>(p.groups.cu[1]),
+                            static_cast<int>(p.groups.cu[2]), static_cast<int>(p.groups.cu[3]));
+  const size_t smem = sizeof(float) * kVecs * hd;
+  attn_qkv_kernel<<<dim3(vec_blocks(t * h), 3), kThreads, smem, s>>>(
+      p.qkv.data_as<uint16_t>(), p.qkv.row_stride(), p.q_norm.data_as<float>(), p.k_norm.data_as<float>(),
+      p.table.data_as<float>(), p.table.row_stride(), rows, p.q.data_as<uint16_t>(), p.k.data_as<uint16_t>(),
+      p.v.data_as<uint16_t>(), t, static_cast<int>(h), static_cast<int>(hd), static_cast<int>(half), cu,
+      p.groups.count, p.eps, vec);
+  MAGI2_CUDA_CHECK_LAUNCH("attn_qkv");
+}
+
+void attn_out(const AttnOutParams& p, cudaStream_t s) {
+  MAGI2_CHECK(p.o.defined() && p.o.dim() == 3, "attn_out.o: expected [T, H, hd]");
+  const int64_t t = p.o.size(0), h = p.o.size(1), hd = p.o.size(2);
+  check_thd(p.o, p.o.shape(), "attn_out.o");
+  check_thd(p.out, p.o.shape(), "attn_out.out");
+  MAGI2_CHECK(p.out.data() != p.o.data(), "attn_out.out must not alias o");
+  MAGI2_CHECK(hd % 8 == 0, "CUDA backend: attn_out needs a head dim that is a multiple of 8, got ", hd);
+  check_2d(p.g, t, h, "attn_out.g");
+  MAGI2_CHECK(p.g.dtype() == DType::BF16, "attn_out.g: expected bf16");
+  const int32_t* rows = check_index_on(Device::CUDA, p.src_rows, t, "attn_out.src_rows");
+  const float* lse = nullptr;
+  const float* sinks = nullptr;
+  if (p.lse.defined()) {
+    MAGI2_CHECK(p.lse.device() == Device::CUDA && p.lse.dtype() == DType::F32 && p.lse.is_contiguous() &&
+                    p.lse.numel() == t * h,
+                "attn_out.lse: expected contiguous f32 [", t, ", ", h, "] on the GPU");
+    MAGI2_CHECK(p.sinks.defined() && p.sinks.device() == Device::CUDA && p.sinks.dtype() == DType::F32 &&
+                    p.head_begin >= 0 && p.sinks.numel() >= p.head_begin + h,
+                "attn_out.sinks: expected at least ", p.head_begin + h, " f32 values on the GPU");
+    lse = p.lse.data_as<float>();
+    sinks = p.sinks.data_as<float>() + p.head_begin;
+  }
+  if (t == 0 || h == 0) return;
+  const bool vec = aligned16(p.o.data()) && aligned16(p.out.data());
+  attn_out_kernel<<<vec_blocks(t * h), kThreads, 0, s>>>(p.o.data_as<uint16_t>(), lse, sinks,
+                                                         p.g.data_as<uint16_t>(), p.g.row_stride(), rows,
+                                                         p.out.data_as<uint16_t>(), t, static_cast<int>(h),
+                                                         static_cast<int>(hd), vec);
+  MAGI2_CUDA_CHECK_LAUNCH("attn_out");
+}
+
+void sink_correct(const Tensor& o, const float* lse, const float* sinks, cudaStream_t s) {
+  const int64_t t = o.size(0), h = o.size(1), hd = o.size(2);
+  if (t == 0 || h == 0) return;
+  attn_out_kernel<<<vec_blocks(t * h), kThreads, 0, s>>>(o.data_as<uint16_t>(), lse, sinks, nullptr, 0, nullptr,
+                                                         o.data_as<uint16_t>(), t, static_cast<int>(h),
+                                                         static_cast<int>(hd), aligned16(o.data()));
+  MAGI2_CUDA_CHECK_LAUNCH("attention sink correction");
+}
+
+void ragged_meta(const int32_t* cu, int64_t nseq, int64_t token_elems, int64_t stats_elems, int32_t* seq,
+                 int64_t* off_x, int64_t* off_s, cudaStream_t s) {
+  ragged_meta_kernel<<<static_cast<unsigned>((nseq + 1 + 127) / 128), 128, 0, s>>>(cu, nseq, token_elems,
+                                                                                  stats_elems, seq, off_x, off_s);
+  MAGI2_CUDA_CHECK_LAUNCH("attention ragged offsets");
+}
+
+}  // namespace magi2::cuda

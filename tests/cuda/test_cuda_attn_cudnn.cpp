@@ -1,0 +1,234 @@
+// The CUDA backend's tensor-core attention (cuDNN SDPA + the sink applied
+// afterwards) and the fused glue ops attn_qkv / attn_out, against the CPU
+// reference backend. cuDNN multiplies P (rounded to bf16, as FA3 does) by V
+// where the reference keeps P in fp32, so attention is judged by a stated
+// tolerance (rel-RMS, max-abs, share identical); the glue is the CPU's fp32
+// operation sequence and must match bit for bit (the sink factor's log1pf
+// within 1 bf16 ulp). Edges: a 1-token sample, empty samples, lengths 1 to
+// 3000 in one call, sinks so large that the output is ~0. Skips without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "cuda/attn_ops.h"
+#include "cuda/backend_cuda.h"
+#include "cuda_fixture.h"
+#include "ops/ops.h"
+#include "util/testing.h"
+
+namespace magi2 {
+namespace {
+
+using test::count_diff;
+
+Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_i32({static_cast<int64_t>(v.size())}, v); }
+int64_t max_len(const std::vector<int32_t>& cu) {
+  int64_t m = 0;
+  for (size_t i = 1; i < cu.size(); ++i) m = std::max<int64_t>(m, cu[i] - cu[i - 1]);
+  return m;
+}
+int64_t ordinal_bf16(uint16_t h) { return (h & 0x8000) ? -static_cast<int64_t>(h & 0x7fff) : static_cast<int64_t>(h); }
+
+/// Share of identical elements and the largest bf16 ulp distance.
+struct UlpStats {
+  double identical = 0;
+  int64_t worst = 0;
+};
+UlpStats ulp_stats(const Tensor& a, const Tensor& b) {
+  UlpStats s;
+  int64_t same = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const int64_t u = std::abs(ordinal_bf16(a.data_as<uint16_t>()[i]) - ordinal_bf16(b.data_as<uint16_t>()[i]));
+    same += u == 0;
+    s.worst = std::max(s.worst, u);
+  }
+  s.identical = a.numel() ? static_cast<double>(same) / static_cast<double>(a.numel()) : 1.0;
+  return s;
+}
+
+class CudnnAttentionTest : public test::CudaParityTest {
+ protected:
+  CudnnAttentionTest() : CudaParityTest(777) {}
+  std::vector<int32_t> permutation(int64_t n) {
+    std::vector<int32_t> p(static_cast<size_t>(n));
+    std::iota(p.begin(), p.end(), 0);
+    std::shuffle(p.begin(), p.end(), rng_);
+    return p;
+  }
+};
+
+struct Case {
+  const char* name;
+  std::vector<int32_t> cu;
+  int64_t heads, hd;
+  int head_begin;
+  float q_sigma, sink;  ///< sink: the value of head 0's sink (others random)
+};
+
+TEST_F(CudnnAttentionTest, AttentionCloseToCpu) {
+  const std::vector<Case> cases = {
+      {"DiT heads, an empty sample", {0, 1200, 1200, 2900}, 24, 128, 0, 2.f, 9.f},
+      {"golden tiny shape, head slice", {0, 5, 37, 100}, 4, 64, 2, 1.f, 9.f},
+      {"peaky softmax", {0, 700}, 4, 64, 0, 4.f, 0.f},
+      {"1-token and empty samples, lengths 1..3000", {0, 1, 1, 3001, 3018, 3018, 3531}, 8, 128, 0, 1.f, 0.f},
+      {"sinks that swallow the softmax", {0, 640, 1000}, 4, 128, 0, 1.f, 60.f},
+  };
+  for (const auto& c : cases) {
+    const int64_t t = c.cu.back();
+    Tensor q = random({t, c.heads, c.hd}, DType::BF16, c.q_sigma);
+    Tensor k = random({t, c.heads, c.hd}, DType::BF16), v = random({t, c.heads, c.hd}, DType::BF16);
+    Tensor sinks = random({c.head_begin + c.heads + 2}, DType::F32, 2.f);
+    sinks.data_as<float>()[c.head_begin] = c.sink;
+    if (c.sink > 30.f)
+      for (int64_t h = 0; h < c.heads; ++h) sinks.data_as<float>()[c.head_begin + h] = c.sink;
+    const float scale = 1.f / std::sqrt(static_cast<float>(c.hd));
+    Tensor want = Tensor::empty({t, c.heads, c.hd}, DType::BF16), want_raw = Tensor::empty(want.shape(), DType::BF16);
+    Tensor want_lse = Tensor::empty({t, c.heads}, DType::F32);
+    const Tensor cu = i32(c.cu);
+    cpu_->attention({.q = q, .k = k, .v = v, .sinks = sinks, .o = want, .cu_seqlens = cu, .scale = scale,
+                     .head_begin = c.head_begin});
+    cpu_->attention({.q = q, .k = k, .v = v, .sinks = sinks, .o = want_raw, .cu_seqlens = cu, .scale = scale,
+                     .head_begin = c.head_begin, .lse = want_lse});
+    Tensor d_q = up(q), d_k = up(k), d_v = up(v), d_s = up(sinks), d_cu = up(cu);
+    Tensor d_o = poisoned(want.shape(), DType::BF16), d_raw = poisoned(want.shape(), DType::BF16);
+    Tensor d_lse = poisoned({t, c.heads}, DType::F32);
+    const AttentionParams ap{.q = d_q, .k = d_k, .v = d_v, .sinks = d_s, .o = d_o, .cu_seqlens = d_cu,
+                             .max_seqlen = max_len(c.cu), .scale = scale, .head_begin = c.head_begin};
+    AttentionParams deferred = ap;
+    deferred.o = d_raw;
+    deferred.lse = d_lse;
+    gpu_->attention(ap);
+    gpu_->attention(deferred);
+    const Tensor got = down(d_o), got_raw = down(d_raw), got_lse = down(d_lse);
+    const test::Diff dd = test::compare(got, want), dr = test::compare(got_raw, want_raw);
+    const UlpStats us = ulp_stats(got, want);
+    double lse_err = 0;
+    for (int64_t i = 0; i < got_lse.numel(); ++i)
+      lse_err = std::max(lse_err, std::fabs(double(got_lse.data_as<float>()[i]) - want_lse.data_as<float>()[i]));
+    std::printf("cuDNN attention [%s] T=%lld %lldx%lld: rel-RMS %.3g, max-abs %.3g, %.3f%% identical, "
+                "max %lld ulp; deferred o rel-RMS %.3g; lse max-abs %.3g\n",
+                c.name, static_cast<long long>(t), static_cast<long long>(c.heads), static_cast<long long>(c.hd),
+                dd.rel_rms, dd.max_abs, 100 * us.identical, static_cast<long long>(us.worst), dr.rel_rms, lse_err);
+    // P rounded to bf16 before P V (cuDNN, FA3) vs fp32 P (the reference): ~2^-9 relative per term.
+    if (c.sink > 30.f) {
+      EXPECT_LE(dd.max_abs, 1e-6) << c.name;  // factor e^(lse - 60) ~ 0: every output ~0
+    } else {
+      EXPECT_LT(dd.rel_rms, 5e-3) << c.name;
+      EXPECT_LE(dd.max_abs, 0.05) << c.name;
+      EXPECT_GE(us.identical, 0.5) << c.name;
+    }
+    EXPECT_LT(dr.rel_rms, 5e-3) << c.name;
+    EXPECT_LE(lse_err, 1e-3) << c.name;
+    gpu_->attention(ap);
+    EXPECT_EQ(count_diff(down(d_o), got, "cuDNN attention, second run"), 0) << c.name;
+  }
+}
+
+TEST_F(CudnnAttentionTest, AttnQkvMatchesCpuBitForBit) {
+  struct Q {
+    int64_t t, h, hd, nb;
+    std::array<int64_t, 4> cu;
+    int groups;
+    int64_t col;  ///< qkv's first column in a wider buffer (8: 16-byte aligned rows, 3: the scalar path)
+  };
+  // DiT heads (rotary 96 of 128, 3 modality groups) and a small odd shape (rotary 30 of 64, 1 group).
+  for (const Q& c : {Q{1500, 24, 128, 16, {0, 1000, 1400, 1500}, 3, 8}, Q{333, 4, 64, 5, {0, 333, 333, 333}, 1, 3}}) {
+    const int64_t d = c.h * c.hd;
+    Groups g;
+    g.cu = c.cu;
+    g.count = c.groups;
+    Tensor wide = random({c.t, 3 * d + 8}, DType::BF16, 3.f);  // qkv as a row-strided column slice
+    Tensor qn = random({c.groups * c.hd}, DType::F32, 0.5f), kn = random({c.groups * c.hd}, DType::F32, 0.5f);
+    Tensor table = random({c.t, 6 * c.nb}, DType::F32);
+    const Tensor rows = i32(permutation(c.t));
+    Tensor wq = Tensor::empty({c.t, c.h, c.hd}, DType::BF16), wk = Tensor::empty(wq.shape(), DType::BF16);
+    Tensor wv = Tensor::empty(wq.shape(), DType::BF16);
+    cpu_->attn_qkv({.qkv = wide.slice_cols(c.col, c.col + 3 * d), .q_norm = qn, .k_norm = kn, .table = table,
+                    .src_rows = rows, .q = wq, .k = wk, .v = wv, .groups = g});
+    Tensor d_wide = up(wide);
+    Tensor gq = poisoned(wq.shape(), DType::BF16), gk = poisoned(wq.shape(), DType::BF16);
+    Tensor gv = poisoned(wq.shape(), DType::BF16);
+    gpu_->attn_qkv({.qkv = d_wide.slice_cols(c.col, c.col + 3 * d), .q_norm = up(qn), .k_norm = up(kn),
+                    .table = up(table), .src_rows = up(rows), .q = gq, .k = gk, .v = gv, .groups = g});
+    EXPECT_EQ(count_diff(down(gq), wq, "attn_qkv q"), 0);
+    EXPECT_EQ(count_diff(down(gk), wk, "attn_qkv k"), 0);
+    EXPECT_EQ(count_diff(down(gv), wv, "attn_qkv v"), 0);
+  }
+}
+
+TEST_F(CudnnAttentionTest, AttnOutMatchesCpu) {
+  const int64_t t = 900, h = 24, hd = 128;
+  Tensor o = random({t, h, hd}, DType::BF16), lse = random({t, h}, DType::F32, 3.f);
+  Tensor sinks = random({h + 3}, DType::F32, 3.f), gw = random({t, h + 5}, DType::BF16, 2.f);
+  const Tensor rows = i32(permutation(t));
+  Tensor d_o = up(o), d_lse = up(lse), d_s = up(sinks), d_gw = up(gw), d_rows = up(rows);
+  for (bool with_lse : {true, false}) {
+    Tensor want = Tensor::empty({t, h, hd}, DType::BF16), got = poisoned({t, h, hd}, DType::BF16);
+    cpu_->attn_out({.o = o, .lse = with_lse ? lse : Tensor(), .sinks = sinks, .head_begin = 3,
+                    .g = gw.slice_cols(5, 5 + h), .src_rows = rows, .out = want});
+    gpu_->attn_out({.o = d_o, .lse = with_lse ? d_lse : Tensor(), .sinks = d_s, .head_begin = 3,
+                    .g = d_gw.slice_cols(5, 5 + h), .src_rows = d_rows, .out = got});
+    const Tensor g = down(got);
+    const UlpStats us = ulp_stats(g, want);
+    const int64_t n = count_diff(g, want, with_lse ? "attn_out with the sink" : "attn_out, no sink");
+    if (with_lse) {
+      EXPECT_GE(us.identical, 0.999);  // log1pf (CUDA) vs glibc log1p in the factor
+      EXPECT_LE(us.worst, 1);
+    } else {
+      EXPECT_EQ(n, 0);
+    }
+  }
+}
+
+TEST_F(CudnnAttentionTest, FusedBlockReplaysFromACudaGraph) {
+  const std::vector<int32_t> cu = {0, 300, 301, 700};
+  const int64_t t = 700, h = 4, hd = 128, d = h * hd;
+  Groups g = Groups::single(t);
+  Tensor qkv = up(random({t, 3 * d}, DType::BF16)), table = up(random({t, 96}, DType::F32));
+  Tensor qn = up(random({hd}, DType::F32)), kn = up(random({hd}, DType::F32)), sinks = up(random({h}, DType::F32));
+  Tensor gg = up(random({t, h}, DType::BF16));
+  Tensor q = gpu_->alloc({t, h, hd}, DType::BF16), k = gpu_->alloc({t, h, hd}, DType::BF16);
+  Tensor v = gpu_->alloc({t, h, hd}, DType::BF16), o = gpu_->alloc({t, h, hd}, DType::BF16);
+  Tensor lse = gpu_->alloc({t, h}, DType::F32), out = gpu_->alloc({t, h, hd}, DType::BF16);
+  const std::vector<int32_t> perm = permutation(t);
+  std::vector<int32_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[static_cast<size_t>(perm[i])] = static_cast<int32_t>(i);
+  const Tensor d_perm = up(i32(perm)), d_inv = up(i32(inv)), d_cu = up(i32(cu));
+  auto step = [&] {
+    gpu_->attn_qkv({.qkv = qkv, .q_norm = qn, .k_norm = kn, .table = table, .src_rows = d_inv, .q = q, .k = k,
+                    .v = v, .groups = g});
+    gpu_->attention({.q = q, .k = k, .v = v, .sinks = sinks, .o = o, .cu_seqlens = d_cu, .max_seqlen = max_len(cu),
+                     .scale = 0.088f, .lse = lse});
+    gpu_->attn_out({.o = o, .lse = lse, .sinks = sinks, .g = gg, .src_rows = d_perm, .out = out});
+  };
+  step();  // eager: builds the cuDNN plan of this shape
+  Tensor eager = down(out);
+  EXPECT_EQ(count_diff(replay_as_graph(step, out), eager, "fused block, graph replay"), 0);
+
+  // A request shape without a plan cannot start inside a capture: one clear error, nothing enqueued.
+  auto s = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const Tensor q2 = q.reshape({t, h, hd});
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        gpu_->attention({.q = q2, .k = k, .v = v, .sinks = sinks, .o = o, .cu_seqlens = d_cu, .max_seqlen = 699,
+                         .scale = 0.088f});
+      },
+      {"attention", "cuDNN plan", "capture"}));
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  if (graph) cudaGraphDestroy(graph);
+}
+
+}  // namespace
+}  // namespace magi2
