@@ -35,10 +35,11 @@ if ! PYTHONPATH=.deps/py python3 -c "import openai, sys; sys.exit(openai.__versi
   python3 -m pip install --quiet --disable-pip-version-check --target .deps/py --upgrade "${py_pins[@]}"
 fi
 
-# cudnn-frontend (header-only C++ API of cuDNN 9, for the CUDA attention core), pinned, into .deps/.
+# cudnn-frontend headers for the CUDA attention core (pinned wheel, headers only, git-ignored .deps/);
+# without them the CUDA backend keeps its fp32 attention kernel.
 fe_version=1.32.0
-fe_dir=.deps/py/cudnn-frontend
-if [ ! -f "$fe_dir/include/cudnn_frontend.h" ] || ! grep -qs "$fe_version" "$fe_dir/VERSION"; then
+fe_dir=.deps/cudnn-frontend
+if [ "${MAGI2_CUDA:-}" != OFF ] && [ -x /usr/local/cuda/bin/nvcc ] && ! grep -qsx "$fe_version" "$fe_dir/VERSION"; then
   rm -rf "$fe_dir"
   if python3 -m pip install -q --no-deps --disable-pip-version-check --target "$fe_dir" \
       "nvidia-cudnn-frontend==$fe_version"; then
