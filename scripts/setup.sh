@@ -60,6 +60,6 @@ if [ "${MAGI2_CUDA:-}" != OFF ] && [ -x /usr/local/cuda/bin/nvcc ] && [ ! -f .de
   python3 -m pip install --quiet --no-deps --target .deps/cutlass nvidia-cutlass==4.2.0.0
 fi
 jobs=$(nproc)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_flag[@]}" >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAGI2_C_API=ON "${cuda_flag[@]}" >/dev/null
 cmake --build build -j"$jobs"
 echo "setup: built build/tools/magi2/magi2"
