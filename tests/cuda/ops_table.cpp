@@ -1,0 +1,399 @@
+// The entries of the backend op table (ops_table.h). Shapes follow the DiT
+// (spec magi2-dit.md: D = 3072, 24 heads x 128, I = 8192, 16 RoPE bands per
+// axis, 4 mHC streams, MoE heads of d_head 256); "2048 tokens" is the release
+// width where the CPU reference stays cheap. Tolerances are the ones stated by
+// tests/cuda/test_cuda_{backend,attention,mhc_moe,moe_grouped}.cpp.
+#include "ops_table.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <tuple>
+#include <utility>
+
+#include "core/error.h"
+
+namespace magi2::test {
+
+Tensor CaseBuilder::uniform(const Shape& shape, DType dt, float lo, float hi) {
+  Tensor t = Tensor::empty(shape, dt);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const float v = lo + (hi - lo) * static_cast<float>((next() >> 40) * 0x1p-24);
+    if (dt == DType::F32)
+      t.data_as<float>()[i] = v;
+    else
+      t.data_as<uint16_t>()[i] = f32_to_bf16_bits(v);
+  }
+  return t;
+}
+
+uint64_t CaseBuilder::next() {
+  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+Tensor CaseBuilder::in(const Tensor& host) {
+  c_.bytes += static_cast<double>(host.nbytes());
+  Tensor d = be_.alloc(host.shape(), host.dtype());
+  be_.copy({.src = host, .dst = d});
+  return d;
+}
+
+Tensor CaseBuilder::in_i32(const std::vector<int32_t>& v) {
+  return in(Tensor::from_i32({static_cast<int64_t>(v.size())}, v));
+}
+
+Tensor CaseBuilder::out(const Shape& shape, DType dt) {
+  Tensor h = Tensor::empty(shape, dt);
+  std::memset(h.data(), 0xff, h.nbytes());
+  Tensor d = be_.alloc(shape, dt);
+  be_.copy({.src = h, .dst = d});
+  c_.bytes += static_cast<double>(h.nbytes());
+  c_.outputs.push_back(d);
+  return d;
+}
+
+Tensor CaseBuilder::out_cols(int64_t rows, int64_t width, DType dt, int64_t begin, int64_t end) {
+  Tensor wide = out({rows, width}, dt);
+  c_.bytes -= static_cast<double>(wide.nbytes());
+  Tensor v = wide.slice_cols(begin, end);
+  c_.bytes += static_cast<double>(v.nbytes());
+  c_.outputs.back() = v;
+  return v;
+}
+
+Tensor CaseBuilder::inout(const Tensor& host) {
+  Tensor d = in(host);
+  c_.bytes += static_cast<double>(host.nbytes());
+  c_.outputs.push_back(d);
+  return d;
+}
+
+namespace {
+
+constexpr DType kBf16 = DType::BF16;
+constexpr DType kF32 = DType::F32;
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t v : d) s = s.empty() ? str_cat(v) : str_cat(s, "x", v);
+  return s;
+}
+
+Groups three_groups(int64_t a, int64_t b, int64_t rows) {
+  Groups g;
+  g.cu = {0, a, b, rows};
+  g.count = 3;
+  return g;
+}
+
+/// `n` indices drawn from [0, range) (repeats allowed).
+std::vector<int32_t> draws(CaseBuilder& b, int64_t n, int64_t range) {
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (auto& i : v) i = static_cast<int32_t>(b.next() % static_cast<uint64_t>(range));
+  return v;
+}
+
+/// A permutation of [0, n) (Fisher-Yates on the builder's stream).
+std::vector<int32_t> permutation(CaseBuilder& b, int64_t n) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  std::iota(p.begin(), p.end(), 0);
+  for (size_t i = p.size(); i > 1; --i) std::swap(p[i - 1], p[b.next() % i]);
+  return p;
+}
+
+/// Routing [mh, t, k] i32: distinct experts per (head, token), a repeated one every 17th pair.
+Tensor routing(CaseBuilder& b, int mh, int64_t t, int ne, int k) {
+  Tensor idx = Tensor::empty({mh, t, k}, DType::I32);
+  for (int64_t i = 0; i < mh * t; ++i) {
+    const std::vector<int32_t> p = permutation(b, ne);
+    std::copy(p.begin(), p.begin() + k, idx.data_as<int32_t>() + i * k);
+    if (i % 17 == 5) idx.data_as<int32_t>()[i * k + 1] = idx.data_as<int32_t>()[i * k];
+  }
+  return idx;
+}
+
+OpEntry rms_norm_entry(int64_t t, int64_t d, int64_t heads, bool slice) {
+  const std::string s = dims({t, heads * d}) + (heads > 1 ? " f32 col-slice -> bf16, " + std::to_string(heads) +
+                                                                 " heads, 3 groups"
+                                                           : " bf16 -> bf16, 3 groups");
+  return {"rms_norm", s, exact(), 0, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            const int64_t w = heads * d, wide = slice ? 3 * w : w;
+            Tensor xs = b.in(b.uniform({t, wide}, slice ? kF32 : kBf16, -5.f, 5.f));
+            Tensor x = slice ? xs.slice_cols(w, 2 * w) : xs;
+            Tensor wt = b.in(b.uniform({3 * d}, kF32, -0.17f, 0.17f)), y = b.out({t, w}, kBf16);
+            const RmsNormParams p{.x = x, .w = wt, .y = y, .groups = three_groups(t / 2, t * 3 / 4, t), .heads = heads};
+            return b.done([&be, p] { be.rms_norm(p); });
+          }};
+}
+
+OpEntry linear_entry(int64_t t, int64_t in, int64_t out, int groups, bool f32_bias) {
+  const std::string s = dims({t, in}) + " -> " + std::to_string(out) + (f32_bias ? " f32 + bias" : " bf16") +
+                        (groups == 3 ? ", 3 groups, into a column slice" : "");
+  const Tolerance tol = f32_bias ? rel_rms(1e-6, 1e-4, true) : ulps(1);
+  return {"linear", s, tol, 2.0 * t * in * out, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            const DType dt = f32_bias ? kF32 : kBf16;
+            Tensor x = b.in(b.uniform({t, in}, dt, -1.7f, 1.7f));
+            Tensor w = b.in(b.uniform({groups * out, in}, dt, -0.035f, 0.035f));
+            Tensor bias = f32_bias ? b.in(b.uniform({out}, kF32, -1.f, 1.f)) : Tensor();
+            Tensor y = groups == 3 ? b.out_cols(t, out + 64, dt, 64, 64 + out) : b.out({t, out}, dt);
+            const Groups g = groups == 3 ? three_groups(t / 2, t * 6 / 7, t) : Groups::single(t);
+            const LinearParams p{.x = x, .w = w, .bias = bias, .y = y, .groups = g};
+            return b.done([&be, p] { be.linear(p); });
+          }};
+}
+
+OpEntry attention_entry(std::vector<int32_t> cu, int64_t h, int64_t hd, int head_begin, float q_range) {
+  const int64_t t = cu.back();
+  int64_t max_len = 0;
+  double flops = 0;
+  std::string lens;
+  for (size_t i = 1; i < cu.size(); ++i) {
+    const int64_t n = cu[i] - cu[i - 1];
+    max_len = std::max(max_len, n);
+    flops += 4.0 * static_cast<double>(h * hd) * static_cast<double>(n) * static_cast<double>(n);
+    lens = lens.empty() ? str_cat(n) : str_cat(lens, "+", n);
+  }
+  const std::string s = lens + " tokens, " + dims({h, hd}) + (head_begin ? ", head slice" : "") +
+                        (q_range > 4 ? ", peaky" : "");
+  return {"attention", s, rel_rms(1e-4, 8e-3), flops, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            Tensor q = b.in(b.uniform({t, h, hd}, kBf16, -q_range, q_range));
+            Tensor k = b.in(b.uniform({t, h, hd}, kBf16, -1.7f, 1.7f));
+            Tensor v = b.in(b.uniform({t, h, hd}, kBf16, -1.7f, 1.7f));
+            Tensor sh = b.uniform({head_begin + h + 2}, kF32, -3.f, 3.f);
+            sh.data_as<float>()[head_begin] = 9.f;  // a sink that dominates the softmax
+            Tensor sinks = b.in(sh), o = b.out({t, h, hd}, kBf16);
+            const AttentionParams p{.q = q, .k = k, .v = v, .sinks = sinks, .o = o, .cu_seqlens = b.in_i32(cu),
+                                    .max_seqlen = max_len, .scale = 1.f / std::sqrt(static_cast<float>(hd)),
+                                    .head_begin = head_begin};
+            return b.done([&be, p] { be.attention(p); });
+          }};
+}
+
+/// The mHC inputs at width d: state [t, 4d], logits [t, 24] at the scale of n * phi, branch weights.
+struct MhcInputs {
+  Tensor state, logits;
+  std::shared_ptr<MhcBranchWeights> w;
+  float c;
+};
+MhcInputs mhc_inputs(CaseBuilder& b, int64_t t, int64_t d, bool state_inout) {
+  const float c = 1.0f / std::sqrt(static_cast<float>(4 * d)), l = 2.f / c;
+  Tensor state = b.uniform({t, 4 * d}, kBf16, -3.f, 3.f);
+  auto w = std::make_shared<MhcBranchWeights>(MhcBranchWeights{
+      .alpha_pre = b.in(b.uniform({1}, kF32, 0.3f, 1.5f)), .alpha_post = b.in(b.uniform({1}, kF32, 0.3f, 1.5f)),
+      .alpha_res = b.in(b.uniform({1}, kF32, 0.3f, 3.f)), .bias_pre = b.in(b.uniform({4}, kF32, -1.f, 1.f)),
+      .bias_post = b.in(b.uniform({4}, kF32, -1.f, 1.f)), .bias_res = b.in(b.uniform({4, 4}, kF32, -2.f, 2.f))});
+  Tensor logits = b.in(b.uniform({t, 24}, kF32, -l, l));
+  return {state_inout ? b.inout(state) : b.in(state), logits, w, c};
+}
+
+std::vector<OpEntry> mhc_entries(int64_t t, int64_t d, int groups) {
+  const std::string s = std::to_string(t) + " x 4x" + std::to_string(d) + (groups == 3 ? ", 3 groups" : "");
+  const Groups g = groups == 3 ? three_groups(t / 2, t * 5 / 6, t) : Groups::single(t);
+  std::vector<OpEntry> e;
+  e.push_back({"mhc_logits", s, exact(), 0, [=](Backend& be, uint64_t seed) {
+                 CaseBuilder b(be, seed);
+                 Tensor state = b.in(b.uniform({t, 4 * d}, kBf16, -3.f, 3.f));
+                 Tensor nw = b.in(b.uniform({groups * 4 * d}, kF32, -0.2f, 0.2f));
+                 Tensor phi = b.in(b.uniform({4 * d, 24}, kF32, -1.7f, 1.7f)), lg = b.out({t, 24}, kF32);
+                 const MhcLogitsParams p{.state = state, .norm_w = nw, .phi = phi, .logits = lg, .groups = g};
+                 return b.done([&be, p] { be.mhc_logits(p); });
+               }});
+  e.push_back({"mhc_pre", s, exact(), 0, [=](Backend& be, uint64_t seed) {
+                 CaseBuilder b(be, seed);
+                 const MhcInputs m = mhc_inputs(b, t, d, false);
+                 const MhcPreParams p{.state = m.state, .logits = m.logits, .w = m.w.get(),
+                                      .a = b.out_cols(t, d + 8, kBf16, 8, d + 8), .h_pre = b.out({t, 4}, kF32), .c = m.c};
+                 return b.done([&be, p, w = m.w] { be.mhc_pre(p); });
+               }});
+  e.push_back({"mhc_post_res", s + ", state in place", exact(), 0, [=](Backend& be, uint64_t seed) {
+                 CaseBuilder b(be, seed);
+                 const MhcInputs m = mhc_inputs(b, t, d, true);
+                 Tensor o = b.in(b.uniform({t, d}, kBf16, -4.f, 4.f));
+                 const MhcPostResParams p{.state = m.state, .o = o, .logits = m.logits, .w = m.w.get(),
+                                          .h_post = b.out({t, 4}, kF32), .h_res = b.out({t, 16}, kF32), .c = m.c};
+                 return b.done([&be, p, w = m.w] { be.mhc_post_res(p); });
+               }});
+  return e;
+}
+
+OpEntry moe_route_entry(int64_t t, int64_t dh, int mh, int ne, int k, bool forced) {
+  const std::string s = std::to_string(t) + " tokens, " + std::to_string(mh) + " heads x " + std::to_string(ne) +
+                        " experts, d_head " + std::to_string(dh) + ", top-" + std::to_string(k) +
+                        (forced ? ", forced" : "");
+  return {"moe_route", s, exact(), 0, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            const float a = 1.7f / std::sqrt(static_cast<float>(dh));
+            Tensor r = b.in(b.uniform({t, mh * dh}, kBf16, -2.f, 2.f));
+            Tensor gate = b.in(b.uniform({mh * ne, dh}, kF32, -a, a));
+            Tensor bias = b.in(b.uniform({mh * ne}, kF32, -0.5f, 0.5f));
+            Tensor fi = forced ? b.in(routing(b, mh, t, ne, k)) : Tensor();
+            const MoeRouteParams p{.r = r, .gate = gate, .bias = bias, .idx = b.out({mh, t, k}, DType::I32),
+                                   .weight = b.out({mh, t, k}, kF32), .forced_idx = fi, .margin = b.out({mh, t}, kF32),
+                                   .num_heads = mh, .num_experts = ne, .top_k = k, .route_scale = 4.9f};
+            return b.done([&be, p] { be.moe_route(p); });
+          }};
+}
+
+OpEntry moe_experts_entry(int64_t t, int64_t dh, int64_t de, int mh, int ne, int k) {
+  const std::string s = std::to_string(t) + " tokens, " + std::to_string(mh) + " heads x " + std::to_string(ne) +
+                        " experts, " + std::to_string(dh) + " -> " + std::to_string(de) + ", top-" + std::to_string(k);
+  const double flops = 6.0 * static_cast<double>(t * mh * k) * static_cast<double>(dh * de);
+  return {"moe_experts", s, rel_rms(2e-2, 0.05, true), flops, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            // G and U of standard deviation ~3 (both cross the +-7 clamps), as the grouped-GEMM parity test.
+            const float a = 5.2f / std::sqrt(static_cast<float>(dh)), c = 1.47f / std::sqrt(static_cast<float>(de));
+            Tensor r = b.in(b.uniform({t, mh * dh}, kBf16, -1.4f, 1.4f));
+            Tensor wg = b.in(b.uniform({mh * ne, dh, de}, kBf16, -a, a));
+            Tensor wu = b.in(b.uniform({mh * ne, dh, de}, kBf16, -a, a));
+            Tensor wd = b.in(b.uniform({mh * ne, de, dh}, kBf16, -c, c));
+            Tensor idx = b.in(routing(b, mh, t, ne, k)), w = b.in(b.uniform({mh, t, k}, kF32, 0.1f, 1.5f));
+            const MoeExpertsParams p{.r = r, .w_gate = wg, .w_up = wu, .w_down = wd, .idx = idx, .weight = w,
+                                     .out = b.out({t, mh * dh}, kBf16), .num_heads = mh, .num_experts = ne,
+                                     .top_k = k};
+            return b.done([&be, p] { be.moe_experts(p); });
+          }};
+}
+
+/// rope_table coordinates of an f x hh x ww latent video of reference size ref, plus 3 odd tokens.
+Tensor video_coords(int64_t f, int64_t hh, int64_t ww, const std::array<float, 3>& ref) {
+  const int64_t t = f * hh * ww;
+  Tensor c = Tensor::empty({t + 3, 9}, kF32);
+  float* p = c.data_as<float>();
+  for (int64_t n = 0; n < t; ++n) {
+    const float row[9] = {static_cast<float>(n / (hh * ww)), static_cast<float>((n / ww) % hh),
+                          static_cast<float>(n % ww), static_cast<float>(f), static_cast<float>(hh),
+                          static_cast<float>(ww), ref[0], ref[1], ref[2]};
+    std::memcpy(p + n * 9, row, sizeof row);
+  }
+  const float extra[3][9] = {{3, 0, 0, 1, 1, 1, 1, 1, 1}, {250.5f, 0, 0, 300, 1, 1, 300, 1, 1},
+                             {7, 2, 5, 9, 4, 11, 17, 33, 57}};
+  std::memcpy(p + t * 9, extra, sizeof extra);
+  return c;
+}
+
+}  // namespace
+
+std::vector<OpEntry> backend_op_table() {
+  std::vector<OpEntry> t;
+  t.push_back(rms_norm_entry(2048, 3072, 1, false));
+  t.push_back(rms_norm_entry(700, 128, 24, true));
+
+  t.push_back(linear_entry(2048, 3072, 3072, 1, false));
+  t.push_back(linear_entry(640, 3072, 1536, 3, false));
+  t.push_back(linear_entry(200, 5120, 768, 1, true));
+
+  // swiglu7 and gate: the exp is the one operation not IEEE-exact on both sides: a handful of 1-ulp outputs allowed.
+  t.push_back({"swiglu7", "2048x16384 -> 2048x8192, beyond the +-7 clamps", exact(3), 0, [](Backend& be, uint64_t s) {
+                 CaseBuilder b(be, s);
+                 const SwiGLU7Params p{.u = b.in(b.uniform({2048, 16384}, kBf16, -7.f, 7.f)),
+                                       .z = b.out({2048, 8192}, kBf16)};
+                 return b.done([&be, p] { be.swiglu7(p); });
+               }});
+
+  for (const auto& [rows, width, begin, dt] : {std::tuple<int64_t, int64_t, int64_t, DType>{2048, 3072, 64, kBf16},
+                                               {500, 33, 1, kBf16}, {500, 96, 0, kF32}}) {
+    const std::string s = dims({rows, width}) + (dt == kBf16 ? " bf16" : " f32") + " of 2100 rows" +
+                          (begin ? ", column slice" : "") + ", repeats";
+    t.push_back({"gather_rows", s, exact(), 0, [=](Backend& be, uint64_t seed) {
+                   CaseBuilder b(be, seed);
+                   Tensor src = b.in(b.uniform({2100, width + 2 * begin}, dt, -2.f, 2.f));
+                   const GatherRowsParams p{.src = src.slice_cols(begin, begin + width), .dst = b.out({rows, width}, dt),
+                                            .index = b.in_i32(draws(b, rows, 2100))};
+                   return b.done([&be, p] { be.gather_rows(p); });
+                 }});
+  }
+
+  t.push_back({"rope_table", "8x16x28 video + 3 tokens, 16 bands (fp32 sin/cos)", ulps(1), 0,
+               [](Backend& be, uint64_t) {
+                 CaseBuilder b(be, 0);
+                 std::vector<float> bv(16);
+                 for (size_t i = 0; i < bv.size(); ++i) bv[i] = 3.14159265f * std::pow(2.0f, 0.5f * float(i) - 2.0f);
+                 Tensor coords = b.in(video_coords(8, 16, 28, {8, 32, 56}));
+                 const RopeTableParams p{.coords = coords, .bands = b.in(Tensor::from_f32({16}, bv)),
+                                         .out = b.out({coords.size(0), 96}, kF32)};
+                 return b.done([&be, p] { be.rope_table(p); });
+               }});
+
+  for (const auto& [rows, permuted] : {std::pair<int64_t, bool>{2048, true}, {1500, false}}) {
+    const std::string s = dims({rows, 24, 128}) + " f32 -> bf16, 16 bands" + (permuted ? ", permuted rows" : "");
+    t.push_back({"rope", s, exact(), 0, [=](Backend& be, uint64_t seed) {
+                   CaseBuilder b(be, seed);
+                   Tensor x = b.in(b.uniform({rows, 24, 128}, kF32, -3.5f, 3.5f));
+                   Tensor table = b.in(b.uniform({rows, 96}, kF32, -1.f, 1.f));  // any values: pure fp32 arithmetic
+                   Tensor src_rows = permuted ? b.in_i32(permutation(b, rows)) : Tensor();
+                   const RopeParams p{.x = x, .table = table, .out = b.out({rows, 24, 128}, kBf16), .src_rows = src_rows};
+                   return b.done([&be, p] { be.rope(p); });
+                 }});
+  }
+
+  t.push_back(attention_entry({0, 1024, 1024, 2048}, 24, 128, 0, 3.5f));
+  t.push_back(attention_entry({0, 5, 37, 100}, 4, 64, 2, 1.7f));
+  t.push_back(attention_entry({0, 700}, 4, 64, 0, 7.f));
+
+  t.push_back({"gate", "2048x24x128 in place, g a column slice", exact(3), 0, [](Backend& be, uint64_t s) {
+                 CaseBuilder b(be, s);
+                 Tensor o = b.inout(b.uniform({2048, 24, 128}, kBf16, -3.5f, 3.5f));
+                 Tensor g = b.in(b.uniform({2048, 3096}, kBf16, -5.f, 5.f));
+                 const GateParams p{.o = o, .g = g.slice_cols(3072, 3096)};
+                 return b.done([&be, p] { be.gate(p); });
+               }});
+
+  for (const auto& [rows, dt] : {std::pair<int64_t, DType>{2048, kBf16}, {513, kF32}}) {
+    const std::string s = dims({rows, 3072}) + (dt == kBf16 ? " bf16" : " f32");
+    t.push_back({"add", s, exact(), 0, [=](Backend& be, uint64_t seed) {
+                   CaseBuilder b(be, seed);
+                   const AddParams p{.a = b.in(b.uniform({rows, 3072}, dt, -7.f, 7.f)),
+                                     .b = b.in(b.uniform({rows, 3072}, dt, -1.7f, 1.7f)),
+                                     .out = b.out({rows, 3072}, dt)};
+                   return b.done([&be, p] { be.add(p); });
+                 }});
+  }
+
+  t.push_back({"copy_cols", "2048x128 f32 into columns [256, 384) of 2048x9216", exact(), 0,
+               [](Backend& be, uint64_t s) {
+                 CaseBuilder b(be, s);
+                 const CopyColsParams p{.src = b.in(b.uniform({2048, 128}, kF32, -1.f, 1.f)),
+                                        .dst = b.inout(b.uniform({2048, 9216}, kF32, -1.f, 1.f)), .col_begin = 256};
+                 return b.done([&be, p] { be.copy_cols(p); });
+               }});
+  t.push_back({"copy", "2048x3072 bf16 column slice -> contiguous, on the device", exact(), 0,
+               [](Backend& be, uint64_t s) {
+                 CaseBuilder b(be, s);
+                 Tensor src = b.in(b.uniform({2048, 3200}, kBf16, -2.f, 2.f));
+                 const CopyParams p{.src = src.slice_cols(100, 3172), .dst = b.out({2048, 3072}, kBf16)};
+                 return b.done([&be, p] { be.copy(p); });
+               }});
+  for (const DType from : {kF32, kBf16}) {
+    const DType to = from == kF32 ? kBf16 : kF32;
+    t.push_back({"cast", from == kF32 ? "2048x3072 f32 -> bf16" : "2048x3072 bf16 -> f32", exact(), 0,
+                 [=](Backend& be, uint64_t s) {
+                   CaseBuilder b(be, s);
+                   const CastParams p{.src = b.in(b.uniform({2048, 3072}, from, -170.f, 170.f)),
+                                      .dst = b.out({2048, 3072}, to)};
+                   return b.done([&be, p] { be.cast(p); });
+                 }});
+  }
+
+  for (OpEntry& e : mhc_entries(2048, 3072, 3)) t.push_back(std::move(e));
+  for (OpEntry& e : mhc_entries(127, 256, 1)) t.push_back(std::move(e));
+
+  t.push_back(moe_route_entry(2048, 256, 12, 256, 6, false));
+  t.push_back(moe_route_entry(127, 64, 4, 16, 4, false));
+  t.push_back(moe_route_entry(127, 64, 4, 16, 4, true));
+
+  t.push_back(moe_experts_entry(127, 64, 64, 4, 16, 4));
+  t.push_back(moe_experts_entry(200, 256, 1280, 2, 16, 6));
+  t.push_back(moe_experts_entry(2048, 256, 1280, 2, 16, 6));
+  return t;
+}
+
+}  // namespace magi2::test
