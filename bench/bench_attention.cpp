@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/attn_ops.h"
+#include "cuda/attn_qkv_variant.h"
 #include "cuda/backend_cuda.h"
 #include "ops/ops.h"
 
@@ -144,6 +145,15 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
     core();
     consumer();
   });
+  const AttnQkvParams qkv_p{.qkv = qkv, .q_norm = qn, .k_norm = kn, .table = table, .src_rows = d_inv, .q = q,
+                            .k = k, .v = v, .groups = g};
+  auto st = static_cast<cudaStream_t>(cuda_stream_of(be));
+  const double t_joint = b.time([&] { cuda::attn_qkv_variant(qkv_p, st, true); });
+  const double t_block_joint = b.time([&] {
+    cuda::attn_qkv_variant(qkv_p, st, true);
+    core();
+    consumer();
+  });
   Tensor qf = be.alloc({t, h, hd}, DType::F32), kf = be.alloc({t, h, hd}, DType::F32);
   const double t_unfused = b.time([&] {
     be.rms_norm({.x = qkv.slice_cols(0, d), .w = qn, .y = qf.reshape({t, d}), .groups = g, .heads = h});
@@ -168,9 +178,11 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
   std::printf("| producer attn_qkv | %.3f | | |\n| consumer attn_out | %.3f | | |\n", t_prod, t_cons);
   row("fused block: attn_qkv + core + attn_out", t_block);
   row("unfused block (the previous op sequence)", t_unfused);
-  std::printf("block / core = %.3f (target <= 1.1); unfused / fused = %.3f\n", t_block / t_core, t_unfused / t_block);
+  std::printf("| candidate producer: joint attn_qkv kernel | %.3f | | |\n", t_joint);
+  row("fused block with the joint producer", t_block_joint);
+  std::printf("block / core = %.3f (target <= 1.1), with the joint producer %.3f; unfused / fused = %.3f\n",
+              t_block / t_core, t_block_joint / t_core, t_unfused / t_block);
   if (fp32) {
-    auto st = static_cast<cudaStream_t>(cuda_stream_of(be));
     Bench slow{be, b.s, 3};
     const double t32 = slow.time([&] { cuda::attention_fp32(sink_p, st); });
     row("fp32 CUDA-core kernel (before, with the sink)", t32);

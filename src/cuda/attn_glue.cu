@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "cuda/attn_ops.h"
+#include "cuda/attn_qkv_variant.h"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 
@@ -136,6 +137,100 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+/// (x * rs) * (w + 1): rms_norm's fp32 output element, recomputed wherever rope needs it.
+__device__ __forceinline__ float normed(const float* xv, const float* w, float rs, int i) {
+  return (xv[i] * rs) * (w[i] + 1.0f);
+}
+
+/// rope's output element i of one head from the raw (unnormalised) values xv.
+__device__ __forceinline__ float roped(const float* xv, const float* w, float rs, const float* sn, const float* cs,
+                                       int half, int i) {
+  if (i < half) {
+    const float a = normed(xv, w, rs, i) * cs[i];
+    const float b = (-normed(xv, w, rs, i + half)) * sn[i];
+    return a + b;
+  }
+  if (i < 2 * half) {
+    const int j = i - half;
+    const float c = normed(xv, w, rs, i) * cs[j];
+    const float d = normed(xv, w, rs, j) * sn[j];
+    return c + d;
+  }
+  return normed(xv, w, rs, i);
+}
+
+/// 1 / sqrt(mean square + eps) of the vector xv with rms_norm's summation order (lane j: i = j mod 16).
+__device__ __forceinline__ float inv_rms(const float* xv, int hd, int lane, unsigned mask, float eps) {
+  float acc = 0.f;
+  for (int i = lane; i < hd; i += 16) acc += xv[i] * xv[i];
+  for (int off = 8; off >= 1; off /= 2) acc += __shfl_down_sync(mask, acc, off, 16);
+  acc = __shfl_sync(mask, acc, 0, 16);
+  const float ms = acc * (1.0f / static_cast<float>(hd));
+  return 1.0f / sqrtf(ms + eps);
+}
+
+// One half-warp per (token, head) does q, k and v of that head: one source-row
+// read, all three 16-byte loads in flight together, the raw q and k in shared
+// memory (rope's partner elements are recomputed from them, same operations).
+// hd % 8 == 0.
+__global__ void __launch_bounds__(kThreads)
+    attn_qkv_joint_kernel(const uint16_t* __restrict__ qkv, int64_t ldx, const float* __restrict__ q_norm,
+                    const float* __restrict__ k_norm, const float* __restrict__ table, int64_t ldt,
+                    const int32_t* __restrict__ src_rows, uint16_t* __restrict__ q, uint16_t* __restrict__ k,
+                    uint16_t* __restrict__ v, int64_t t, int h, int hd, int half, int4 cu, int groups, float eps,
+                    bool vec) {
+  extern __shared__ float buf[];
+  const int64_t vid = static_cast<int64_t>(blockIdx.x) * kVecs + threadIdx.x / 16;
+  const int lane = threadIdx.x & 15;
+  if (vid >= t * h) return;  // whole half-warps leave together
+  const int64_t n = vid / h;
+  const int head = static_cast<int>(vid % h);
+  const int64_t s = src_rows[n];
+  const int64_t d = static_cast<int64_t>(h) * hd;
+  if (s < 0 || s >= t) {  // no host check on the device path: a bad source row gives zeros (as gather_rows)
+    const float z[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    for (int c = lane * 8; c < hd; c += 128) {
+      store8(q + vid * hd + c, false, z);
+      store8(k + vid * hd + c, false, z);
+      store8(v + vid * hd + c, false, z);
+    }
+    return;
+  }
+  const uint16_t* x = qkv + s * ldx + static_cast<int64_t>(head) * hd;
+  float* xq = buf + (threadIdx.x / 16) * 2 * hd;
+  float* xk = xq + hd;
+  for (int c = lane * 8; c < hd; c += 128) {
+    float fq[8], fk[8], fv[8];
+    load8(x + c, vec, fq);
+    load8(x + d + c, vec, fk);
+    load8(x + 2 * d + c, vec, fv);
+    store8(v + vid * hd + c, vec, fv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      xq[c + j] = fq[j];
+      xk[c + j] = fk[j];
+    }
+  }
+  const unsigned mask = (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu;
+  __syncwarp(mask);
+  const float rq = inv_rms(xq, hd, lane, mask, eps), rk = inv_rms(xk, hd, lane, mask, eps);
+  const int m = dev::group_of(cu, groups, s);
+  const float* wq = q_norm + static_cast<int64_t>(m) * hd;
+  const float* wk = k_norm + static_cast<int64_t>(m) * hd;
+  const float* sn = table + n * ldt;
+  const float* cs = sn + half;
+  for (int c = lane * 8; c < hd; c += 128) {
+    float fq[8], fk[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      fq[j] = roped(xq, wq, rq, sn, cs, half, c + j);
+      fk[j] = roped(xk, wk, rk, sn, cs, half, c + j);
+    }
+    store8(q + vid * hd + c, vec, fq);
+    store8(k + vid * hd + c, vec, fk);
+  }
+}
+
 // One half-warp per (output row, head). src_rows, lse and g are optional
 // (identity rows, no sink factor, no gate): the in-place sink correction of
 // attention() is this kernel with out == o and no src_rows / g.
@@ -195,13 +290,16 @@ void check_thd(const Tensor& x, const Shape& shape, const char* what) {
 
 }  // namespace
 
-void attn_qkv(const AttnQkvParams& p, cudaStream_t s) {
+void attn_qkv(const AttnQkvParams& p, cudaStream_t s) { attn_qkv_variant(p, s, false); }
+
+void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, bool joint) {
   MAGI2_CHECK(p.q.defined() && p.q.dim() == 3, "attn_qkv.q: expected [T, H, hd]");
   const int64_t t = p.q.size(0), h = p.q.size(1), hd = p.q.size(2);
   check_thd(p.q, p.q.shape(), "attn_qkv.q");
   check_thd(p.k, p.q.shape(), "attn_qkv.k");
   check_thd(p.v, p.q.shape(), "attn_qkv.v");
-  MAGI2_CHECK(hd % 8 == 0 && hd <= 1024, "CUDA backend: attn_qkv needs a head dim that is a multiple of 8, got ", hd);
+  MAGI2_CHECK(hd % 8 == 0 && hd <= 256,
+              "CUDA backend: attn_qkv needs a head dim that is a multiple of 8 up to 256, got ", hd);
   check_2d(p.qkv, t, 3 * h * hd, "attn_qkv.qkv");
   MAGI2_CHECK(p.qkv.dtype() == DType::BF16, "attn_qkv.qkv: expected bf16");
   check_groups(p.groups, t, "attn_qkv");
@@ -220,8 +318,9 @@ void attn_qkv(const AttnQkvParams& p, cudaStream_t s) {
                    aligned16(p.k.data()) && aligned16(p.v.data());
   const int4 cu = make_int4(static_cast<int>(p.groups.cu[0]), static_cast<int>(p.groups.cu[1]),
                             static_cast<int>(p.groups.cu[2]), static_cast<int>(p.groups.cu[3]));
-  const size_t smem = sizeof(float) * kVecs * hd;
-  attn_qkv_kernel<<<dim3(vec_blocks(t * h), 3), kThreads, smem, s>>>(
+  const size_t smem = sizeof(float) * kVecs * hd * (joint ? 2 : 1);
+  auto* kernel = joint ? attn_qkv_joint_kernel : attn_qkv_kernel;
+  kernel<<<dim3(vec_blocks(t * h), joint ? 1 : 3), kThreads, smem, s>>>(
       p.qkv.data_as<uint16_t>(), p.qkv.row_stride(), p.q_norm.data_as<float>(), p.k_norm.data_as<float>(),
       p.table.data_as<float>(), p.table.row_stride(), rows, p.q.data_as<uint16_t>(), p.k.data_as<uint16_t>(),
       p.v.data_as<uint16_t>(), t, static_cast<int>(h), static_cast<int>(hd), static_cast<int>(half), cu,

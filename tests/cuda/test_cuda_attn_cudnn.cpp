@@ -21,6 +21,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "cuda/attn_ops.h"
+#include "cuda/attn_qkv_variant.h"
 #include "cuda/backend_cuda.h"
 #include "cuda_fixture.h"
 #include "ops/ops.h"
@@ -163,6 +164,15 @@ TEST_F(CudnnAttentionTest, AttnQkvMatchesCpuBitForBit) {
     EXPECT_EQ(count_diff(down(gq), wq, "attn_qkv q"), 0);
     EXPECT_EQ(count_diff(down(gk), wk, "attn_qkv k"), 0);
     EXPECT_EQ(count_diff(down(gv), wv, "attn_qkv v"), 0);
+    // The candidate joint kernel (q, k, v of a head in one half-warp) gives the same bytes.
+    Tensor jq = poisoned(wq.shape(), DType::BF16), jk = poisoned(wq.shape(), DType::BF16);
+    Tensor jv = poisoned(wq.shape(), DType::BF16);
+    cuda::attn_qkv_variant({.qkv = d_wide.slice_cols(c.col, c.col + 3 * d), .q_norm = up(qn), .k_norm = up(kn),
+                            .table = up(table), .src_rows = up(rows), .q = jq, .k = jk, .v = jv, .groups = g},
+                           static_cast<cudaStream_t>(cuda_stream_of(*gpu_)), true);
+    EXPECT_EQ(count_diff(down(jq), wq, "attn_qkv joint kernel q"), 0);
+    EXPECT_EQ(count_diff(down(jk), wk, "attn_qkv joint kernel k"), 0);
+    EXPECT_EQ(count_diff(down(jv), wv, "attn_qkv joint kernel v"), 0);
   }
 }
 
