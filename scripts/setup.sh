@@ -14,7 +14,8 @@ packages=(build-essential cmake ninja-build ccache pkg-config
           libavformat-dev libavcodec-dev libavutil-dev libswscale-dev  # MP4 (optional in CMake)
           python3-pip  # pinned PyPI packages into .deps/ (cudnn-frontend headers)
           ffmpeg chromium  # tests only: ffprobe checks the MP4s, headless Chromium plays them
-          openssl)  # tests only: a self-signed certificate for the https prompt-enhancement test
+          openssl  # tests only: a self-signed certificate for the https prompt-enhancement test
+          clang libclang-rt-14-dev libomp-14-dev)  # tests only: ASan/UBSan build + libFuzzer (scripts/hardening.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

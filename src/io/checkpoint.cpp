@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_depth.h"
 #include "io/mmap_file.h"
 
 namespace magi2 {
@@ -30,9 +31,11 @@ Checkpoint Checkpoint::open(const std::string& path) {
     throw Error(str_cat("checkpoint folder '", path,
                         "' has neither model.safetensors.index.json nor model.safetensors"));
   }
+  const std::string index_text = read_text_file(index.string());
+  check_json_depth(index_text, str_cat("checkpoint index '", index.string(), "'"));
   json j;
   try {
-    j = json::parse(read_text_file(index.string()));
+    j = json::parse(index_text);
   } catch (const json::exception& e) {
     throw Error(str_cat("checkpoint index '", index.string(), "' is not valid JSON (", e.what(), ")"));
   }

@@ -7,10 +7,9 @@
 #include <png.h>
 #include <setjmp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <vector>
 
 // jpeglib.h needs FILE and size_t declared first.
@@ -22,13 +21,13 @@
 namespace magi2 {
 namespace {
 
-// Largest decoded image accepted (pixels): far beyond any reference picture,
-// small enough that H*W*3 bytes cannot overflow or exhaust memory by surprise.
-constexpr int64_t kMaxPixels = int64_t{1} << 28;
+// zlib cannot inflate more than ~1032 bytes from one compressed byte; a PNG
+// header promising more pixel data than that from the whole file is a bomb.
+constexpr int64_t kMaxDeflateRatio = 1032;
 
 void check_dims(int64_t w, int64_t h, const std::string& what) {
-  MAGI2_CHECK(w >= 1 && h >= 1 && w * h <= kMaxPixels, what, ": image size ", w, "x", h,
-              " is empty or too large");
+  const char* why = image_size_problem(w, h);
+  MAGI2_CHECK(!why, what, ": image size ", w, "x", h, " ", why);
 }
 
 // ---------------------------------------------------------------- EXIF ----
@@ -104,10 +103,22 @@ bool png_decode(PngContext& ctx, RawPixels& out) {
     return false;
   }
   png_set_read_fn(png, &ctx, png_read_memory);
+  png_set_user_limits(png, kMaxImageSide, kMaxImageSide);
+  png_set_chunk_malloc_max(png, 8u << 20);  // text/ICC/EXIF chunks: far beyond real ones
   png_read_info(png, info);
   const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   const int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
-  if (static_cast<int64_t>(w) * h > kMaxPixels || w == 0 || h == 0) png_error(png, "image size is empty or too large");
+  if (const char* why = image_size_problem(w, h)) {
+    std::snprintf(ctx.message, sizeof(ctx.message), "image size %ux%u %s", w, h, why);
+    png_longjmp(png, 1);
+  }
+  const int64_t raw_bytes = (static_cast<int64_t>(png_get_rowbytes(png, info)) + 1) * h;
+  if (raw_bytes > kMaxDeflateRatio * static_cast<int64_t>(ctx.size) + 65536) {
+    std::snprintf(ctx.message, sizeof(ctx.message),
+                  "header claims %ux%u pixels (%lld bytes), more than its %zu bytes can hold", w, h,
+                  static_cast<long long>(raw_bytes), ctx.size);
+    png_longjmp(png, 1);
+  }
   // PIL opens 16-bit grayscale as I;16, whose RGB conversion clips the value
   // at 255; every other 16-bit layout keeps only the high byte.
   const bool gray16 = color == PNG_COLOR_TYPE_GRAY && depth == 16;
@@ -154,8 +165,21 @@ void jpeg_on_message(j_common_ptr cinfo, int level) {
   if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) jpeg_on_error(cinfo);
 }
 
+// Aborts a progressive decode past kMaxJpegScans scans (through the error
+// handler, so the usual longjmp cleanup runs).
+void jpeg_on_progress(j_common_ptr common) {
+  auto* cinfo = reinterpret_cast<j_decompress_ptr>(common);
+  if (cinfo->input_scan_number > kMaxJpegScans) {
+    auto* err = reinterpret_cast<JpegError*>(cinfo->err);
+    std::snprintf(err->message, sizeof(err->message), "more than %d progressive scans", kMaxJpegScans);
+    longjmp(err->jump, 1);
+  }
+}
+
 bool jpeg_decode(const uint8_t* data, size_t size, RawPixels& out, JpegError& err) {
   jpeg_decompress_struct cinfo;
+  jpeg_progress_mgr progress{};
+  progress.progress_monitor = jpeg_on_progress;
   cinfo.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_on_error;
   err.mgr.emit_message = jpeg_on_message;
@@ -167,6 +191,15 @@ bool jpeg_decode(const uint8_t* data, size_t size, RawPixels& out, JpegError& er
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
   jpeg_read_header(&cinfo, TRUE);
+  if (const char* why = image_size_problem(cinfo.image_width, cinfo.image_height)) {
+    std::snprintf(err.message, sizeof(err.message), "image size %ux%u %s", cinfo.image_width,
+                  cinfo.image_height, why);
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  if (jpeg_has_multiple_scans(&cinfo)) {
+    cinfo.progress = &progress;
+  }
   switch (cinfo.jpeg_color_space) {
     case JCS_GRAYSCALE: cinfo.out_color_space = JCS_GRAYSCALE; break;
     case JCS_CMYK:
@@ -182,8 +215,9 @@ bool jpeg_decode(const uint8_t* data, size_t size, RawPixels& out, JpegError& er
   }
   jpeg_start_decompress(&cinfo);
   const int64_t w = cinfo.output_width, h = cinfo.output_height;
-  if (w * h > kMaxPixels || w == 0 || h == 0) {
-    std::snprintf(err.message, sizeof(err.message), "image size is empty or too large");
+  if (image_size_problem(w, h)) {
+    std::snprintf(err.message, sizeof(err.message), "decoded image size %lldx%lld is refused",
+                  static_cast<long long>(w), static_cast<long long>(h));
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
@@ -291,6 +325,14 @@ Tensor apply_exif_orientation(const Tensor& rgb, int orientation) {
   return out;
 }
 
+const char* image_size_problem(int64_t w, int64_t h) {
+  if (w < 1 || h < 1) return "is empty";
+  if (w > kMaxImageSide || h > kMaxImageSide) return "has a side over 65500 pixels";
+  if (w * h > kMaxImagePixels) return "exceeds 178956970 pixels (PIL's decompression-bomb limit)";
+  if (std::max(w, h) > kMaxImageAspect * std::min(w, h)) return "is more elongated than 64:1";
+  return nullptr;
+}
+
 Tensor decode_image_rgb(const uint8_t* data, size_t size, const std::string& what) {
   static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   RawPixels px;
@@ -315,12 +357,9 @@ Tensor decode_image_rgb(const uint8_t* data, size_t size, const std::string& wha
 }
 
 Tensor load_image_rgb(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  MAGI2_CHECK(f.good(), path, ": cannot open image file");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  MAGI2_CHECK(!f.bad(), path, ": cannot read image file");
+  const std::string bytes = read_text_file(path, kMaxImageFileBytes);
   MAGI2_CHECK(!bytes.empty(), path, ": image file is empty");
-  return decode_image_rgb(bytes.data(), bytes.size(), path);
+  return decode_image_rgb(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
 }
 
 }  // namespace magi2

@@ -12,6 +12,28 @@
 
 namespace magi2 {
 
+/// Largest image accepted, in pixels: PIL's DecompressionBombError threshold
+/// (2 x Image.MAX_IMAGE_PIXELS = 2 x 89478485), checked from the header
+/// before anything is decoded or allocated.
+constexpr int64_t kMaxImagePixels = 178956970;
+/// Longest side accepted (JPEG's own limit; PNG allows 2^31 - 1).
+constexpr int64_t kMaxImageSide = 65500;
+/// Most elongated image accepted (long side / short side): far beyond any
+/// video reference picture, and it keeps the resize to the latent grid from
+/// collapsing a side to zero pixels.
+constexpr int64_t kMaxImageAspect = 64;
+/// Largest image file read (bytes).
+constexpr size_t kMaxImageFileBytes = size_t{256} << 20;
+/// Progressive JPEG scans accepted: each scan re-walks the whole coefficient
+/// buffer, so a small file of thousands of scans is a CPU bomb (libjpeg-turbo's
+/// own tools suggest the same kind of cap).
+constexpr int kMaxJpegScans = 256;
+
+/// Why an image of w x h pixels is refused (empty, a side over kMaxImageSide,
+/// more than kMaxImagePixels pixels, aspect over kMaxImageAspect), as a
+/// phrase, or nullptr when it is accepted.
+const char* image_size_problem(int64_t width, int64_t height);
+
 /// Decodes a PNG or JPEG file (detected by its signature, not its name) to an
 /// RGB image: U8 tensor [H, W, 3], rows top to bottom, after the EXIF
 /// orientation (JPEG APP1 "Exif", PNG eXIf chunk) has been applied as PIL's
@@ -25,7 +47,10 @@ namespace magi2 {
 ///   YCCK JPEGs are read with Adobe's inverted convention and converted with
 ///   PIL's CMYK -> RGB formula.
 /// Errors: one Error naming `path` for a missing/unreadable file, an unknown
-/// format, or a corrupt/truncated stream (the decoder's message appended).
+/// format, a corrupt/truncated stream (the decoder's message appended), a
+/// size refused by image_size_problem (from the header, before decoding), a
+/// PNG whose header claims more pixel data than its bytes can inflate to
+/// (zlib's 1032:1 bound), or a JPEG with more than kMaxJpegScans scans.
 Tensor load_image_rgb(const std::string& path);
 
 /// Decodes an in-memory PNG or JPEG (as load_image_rgb; `what` names it in errors).

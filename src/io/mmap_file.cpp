@@ -8,14 +8,20 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 
 namespace magi2 {
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
+  {
+    // Checked before open(): opening a FIFO would block.
+    struct stat pre {};
+    if (::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode)) {
+      const std::string why = file_problem(path);
+      throw Error(str_cat("cannot map '", path, "': ", why.empty() ? "is a pipe, not a regular file" : why));
+    }
+  }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(str_cat("cannot open '", path, "': ", std::strerror(errno)));
   struct stat st {};
@@ -26,7 +32,7 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(str_cat("'", path, "' is not a regular file"));
+    throw Error(str_cat("cannot map '", path, "': is not a regular file"));
   }
   std::shared_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
@@ -48,13 +54,40 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str_cat("cannot open '", path, "': ", std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(str_cat("cannot read '", path, "'"));
-  return ss.str();
+std::string file_problem(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return errno == ENOENT ? "does not exist" : std::strerror(errno);
+  if (S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode)) return "";
+  if (S_ISDIR(st.st_mode)) return "is a folder, not a file";
+  if (S_ISCHR(st.st_mode)) return "is a character device, not a file";
+  if (S_ISBLK(st.st_mode)) return "is a block device, not a file";
+  return "is not a regular file";
+}
+
+std::string read_text_file(const std::string& path, size_t max_bytes) {
+  const std::string problem = file_problem(path);
+  if (!problem.empty()) throw Error(str_cat("cannot open '", path, "': ", problem));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(str_cat("cannot open '", path, "': ", std::strerror(errno)));
+  std::string out;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t r = ::read(fd, buf, sizeof(buf));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int e = errno;
+      ::close(fd);
+      throw Error(str_cat("cannot read '", path, "': ", std::strerror(e)));
+    }
+    if (r == 0) break;
+    if (out.size() + static_cast<size_t>(r) > max_bytes) {
+      ::close(fd);
+      throw Error(str_cat("cannot read '", path, "': longer than ", max_bytes, " bytes"));
+    }
+    out.append(buf, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return out;
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {

@@ -27,8 +27,18 @@ class MappedFile {
   std::string path_;
 };
 
-/// Reads a whole (small) file into a string; Error naming the path on failure.
-std::string read_text_file(const std::string& path);
+/// Largest file read_text_file accepts by default (tokenizer.json is ~12 MB).
+constexpr size_t kMaxTextFileBytes = size_t{256} << 20;
+
+/// Why `path` cannot be read as a file, as a phrase for an error message
+/// ("does not exist", "is a folder", "is a character device, not a file", the
+/// errno text), or "" when it is a regular file or a pipe we may read.
+std::string file_problem(const std::string& path);
+
+/// Reads a whole (small) file into a string. Errors (naming the path): it is
+/// missing, a folder or a device (so /dev/zero is refused up front, not read
+/// forever), unreadable, or longer than `max_bytes` (pipes included).
+std::string read_text_file(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
 
 /// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename.
 /// Nothing is ever left half-written under `path`.

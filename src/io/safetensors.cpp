@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_depth.h"
 
 namespace magi2 {
 
@@ -28,13 +30,27 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
                         " bytes but only ", size - 8, " bytes follow)"));
   f->data_start_ = 8 + n;
   const size_t data_size = size - f->data_start_;
+  const std::string_view header(reinterpret_cast<const char*>(p + 8), n);
+  check_json_depth(header, str_cat("safetensors '", path, "': header"));
+  // The format forbids repeated names; a JSON object would silently keep the
+  // last one, so the top-level keys are watched while parsing.
+  std::set<std::string> names;
+  std::string repeated;
+  const json::parser_callback_t watch = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (depth == 1 && event == json::parse_event_t::key && repeated.empty() &&
+        !names.insert(parsed.get<std::string>()).second)
+      repeated = parsed.get<std::string>();
+    return true;
+  };
   json h;
   try {
-    h = json::parse(reinterpret_cast<const char*>(p + 8), reinterpret_cast<const char*>(p + 8 + n));
+    h = json::parse(header.begin(), header.end(), watch);
   } catch (const json::exception& e) {
     throw Error(str_cat("safetensors '", path, "': header is not valid JSON (", e.what(), ")"));
   }
   if (!h.is_object()) throw Error(str_cat("safetensors '", path, "': header is not a JSON object"));
+  if (!repeated.empty())
+    throw Error(str_cat("safetensors '", path, "': tensor name '", repeated, "' appears twice in the header"));
   for (auto it = h.begin(); it != h.end(); ++it) {
     const std::string& name = it.key();
     const json& v = it.value();

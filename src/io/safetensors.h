@@ -30,7 +30,8 @@ struct SafetensorsEntry {
 /// mapping. Errors (Error) name the file and, where it applies, the tensor:
 /// truncated file, header size beyond the file or the limit, bad JSON, unknown
 /// dtype, negative/overflowing shape, byte size != dtype x shape, offsets
-/// outside the file, overlapping tensors.
+/// outside the file, overlapping tensors, a tensor name given twice, JSON
+/// nested deeper than kMaxJsonDepth.
 class SafetensorsFile {
  public:
   static std::shared_ptr<SafetensorsFile> open(const std::string& path);

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstring>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -29,14 +30,11 @@ constexpr StorageDType kStorageTypes[] = {
 constexpr const char* kOtherStorageTypes[] = {"DoubleStorage", "ShortStorage", "CharStorage",
                                               "ComplexFloatStorage", "ComplexDoubleStorage"};
 
-ValuePtr make(Value v) { return std::make_shared<const Value>(std::move(v)); }
+// Values are built mutable (a container is filled in place, so SETITEMS and
+// APPENDS cost what they add) and handed out const.
+using MutPtr = std::shared_ptr<Value>;
 
-ValuePtr make_int(int64_t i) {
-  Value v;
-  v.kind = Value::Kind::Int;
-  v.i = i;
-  return make(std::move(v));
-}
+MutPtr make(Value v) { return std::make_shared<Value>(std::move(v)); }
 
 int depth_of(const std::vector<ValuePtr>& items) {
   int d = 0;
@@ -46,7 +44,8 @@ int depth_of(const std::vector<ValuePtr>& items) {
 
 class Reader {
  public:
-  Reader(std::string_view bytes, const std::string& what) : b_(bytes), what_(what) {}
+  Reader(std::string_view bytes, const std::string& what)
+      : b_(bytes), what_(what), max_values_(bytes.size() / 2 + 64) {}
 
   ValuePtr run() {
     while (true) {
@@ -60,7 +59,7 @@ class Reader {
         }
         case 0x95: take(8); break;  // FRAME: a length hint only
         case '.': {                 // STOP
-          check(stack_.size() == 1 && marks_.empty(), "stack not balanced at STOP");
+          check(stack_.size() == 1 && marks_.empty(), "stack not balanced at STOP (byte ", at, ")");
           return stack_.back();
         }
         case '(': marks_.push_back(stack_.size()); break;
@@ -71,39 +70,49 @@ class Reader {
         case 'l': push(container(Value::Kind::List, pop_mark())); break;
         case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
           const size_t n = op - 0x84;
-          check(stack_.size() >= n, "stack underflow");
+          need(n, "TUPLE", at);
           std::vector<ValuePtr> items(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
           stack_.resize(stack_.size() - n);
           push(container(Value::Kind::Tuple, std::move(items)));
           break;
         }
         case 'a': {  // APPEND
+          need(2, "APPEND", at);
           ValuePtr x = pop();
-          push(extend(pop(), {x}));
+          fill(top(), {x}, false);
           break;
         }
         case 'e': {  // APPENDS
           auto items = pop_mark();
-          push(extend(pop(), items));
+          need(1, "APPENDS", at);
+          fill(top(), items, false);
           break;
         }
-        case 'd': push(dict_with(container(Value::Kind::Dict, {}), pop_mark())); break;
+        case 'd': {  // DICT
+          auto kv = pop_mark();
+          MutPtr d = container(Value::Kind::Dict, {});
+          fill(d, kv, true);
+          push(d);
+          break;
+        }
         case 's': {  // SETITEM
+          need(3, "SETITEM", at);
           ValuePtr v = pop();
           ValuePtr k = pop();
-          push(dict_with(pop(), {k, v}));
+          fill(top(), {k, v}, true);
           break;
         }
         case 'u': {  // SETITEMS
           auto kv = pop_mark();
-          push(dict_with(pop(), kv));
+          need(1, "SETITEMS", at);
+          fill(top(), kv, true);
           break;
         }
-        case 'q': memo_put(u8()); break;             // BINPUT
-        case 'r': memo_put(u32()); break;            // LONG_BINPUT
-        case 0x94: memo_put(memo_.size()); break;    // MEMOIZE
-        case 'h': push(memo_get(u8())); break;       // BINGET
-        case 'j': push(memo_get(u32())); break;      // LONG_BINGET
+        case 'q': memo_put(u8(), at); break;           // BINPUT
+        case 'r': memo_put(u32(), at); break;          // LONG_BINPUT
+        case 0x94: memo_put(memo_.size(), at); break;  // MEMOIZE
+        case 'h': push(memo_get(u8())); break;         // BINGET
+        case 'j': push(memo_get(u32())); break;        // LONG_BINGET
         case 'J': push(make_int(static_cast<int32_t>(u32()))); break;  // BININT
         case 'K': push(make_int(u8())); break;                         // BININT1
         case 'M': {                                                    // BININT2
@@ -112,12 +121,12 @@ class Reader {
           break;
         }
         case 0x8a: push(make_int(long1())); break;  // LONG1
-        case 'N': push(make(Value{})); break;
+        case 'N': push(counted(Value{})); break;
         case 0x88: case 0x89: {  // NEWTRUE / NEWFALSE
           Value v;
           v.kind = Value::Kind::Bool;
           v.b = op == 0x88;
-          push(make(std::move(v)));
+          push(counted(std::move(v)));
           break;
         }
         case 'X': push(str(take(u32()))); break;   // BINUNICODE
@@ -129,7 +138,7 @@ class Reader {
           Value v;
           v.kind = Value::Kind::Float;
           std::memcpy(&v.f, &bits, 8);
-          push(make(std::move(v)));
+          push(counted(std::move(v)));
           break;
         }
         case 'c': {  // GLOBAL "module\nname\n"
@@ -138,6 +147,7 @@ class Reader {
           break;
         }
         case 0x93: {  // STACK_GLOBAL
+          need(2, "STACK_GLOBAL", at);
           ValuePtr name = pop();
           ValuePtr module = pop();
           check(module->kind == Value::Kind::Str && name->kind == Value::Kind::Str, "STACK_GLOBAL needs two str");
@@ -145,16 +155,17 @@ class Reader {
           break;
         }
         case 'R': {  // REDUCE
+          need(2, "REDUCE", at);
           ValuePtr args = pop();
-          push(reduce(pop(), args));
+          ValuePtr fn = pop();
+          push(reduce(fn, args));
           break;
         }
-        case 'Q': push(persistent(pop())); break;  // BINPERSID
-        case 'b': {                                // BUILD: only OrderedDict's _metadata state
-          ValuePtr state = pop();
-          check(!stack_.empty() && stack_.back()->kind == Value::Kind::Dict,
-                "BUILD is only accepted on a dict (state dict metadata)");
-          (void)state;
+        case 'Q': need(1, "BINPERSID", at); push(persistent(pop())); break;
+        case 'b': {  // BUILD: only OrderedDict's _metadata state, which is dropped
+          need(2, "BUILD", at);
+          pop();
+          check(top()->kind == Value::Kind::Dict, "BUILD is only accepted on a dict (state dict metadata)");
           break;
         }
         default:
@@ -208,92 +219,103 @@ class Reader {
     return s;
   }
 
-  void push(ValuePtr v) {
+  // Every value is counted against a budget proportional to the stream, so a
+  // small file cannot make the reader build an outsized object graph.
+  MutPtr counted(Value v) {
+    check(++values_ <= max_values_, "more objects than a stream of ", b_.size(), " bytes can describe");
+    return make(std::move(v));
+  }
+  MutPtr make_int(int64_t i) {
+    Value v;
+    v.kind = Value::Kind::Int;
+    v.i = i;
+    return counted(std::move(v));
+  }
+
+  // The stack above the innermost MARK is all an opcode may touch: pickle
+  // forbids reaching below it, so doing so is an error, like running dry.
+  size_t floor() const { return marks_.empty() ? 0 : marks_.back(); }
+  void need(size_t n, const char* opname, size_t at) const {
+    check(stack_.size() - floor() >= n, opname, " at byte ", at, " needs ", n, " stack item",
+          n == 1 ? "" : "s", " above the last MARK (stack underflow)");
+  }
+  void push(MutPtr v) {
     check(v->depth <= kMaxDepth, "objects nested deeper than ", kMaxDepth);
     stack_.push_back(std::move(v));
   }
-  ValuePtr pop() {
-    check(!stack_.empty() && (marks_.empty() || stack_.size() > marks_.back()), "stack underflow");
-    ValuePtr v = std::move(stack_.back());
+  MutPtr pop() {
+    check(stack_.size() > floor(), "stack underflow at byte ", pos_);
+    MutPtr v = std::move(stack_.back());
     stack_.pop_back();
     return v;
   }
+  const MutPtr& top() const { return stack_.back(); }  // after need()
   std::vector<ValuePtr> pop_mark() {
-    check(!marks_.empty(), "no MARK on the stack");
+    check(!marks_.empty(), "no MARK on the stack at byte ", pos_);
     const size_t m = marks_.back();
     marks_.pop_back();
     std::vector<ValuePtr> items(stack_.begin() + static_cast<std::ptrdiff_t>(m), stack_.end());
     stack_.resize(m);
     return items;
   }
-  void memo_put(size_t idx) {
-    check(!stack_.empty(), "memo write with an empty stack");
-    check(idx <= memo_.size() + (1u << 20), "memo index ", idx, " out of range");
-    if (idx >= memo_.size()) memo_.resize(idx + 1);
-    if (memo_[idx]) {
-      auto& old = memo_of_[memo_[idx].get()];
-      old.erase(std::remove(old.begin(), old.end(), idx), old.end());
-    }
-    memo_[idx] = stack_.back();
-    memo_of_[memo_[idx].get()].push_back(idx);
+  // The memo holds at most one slot per PUT opcode, i.e. is sized by the
+  // stream, whatever indices the stream names.
+  void memo_put(uint64_t idx, size_t at) {
+    need(1, "memo PUT", at);
+    memo_[idx] = top();
   }
-  ValuePtr memo_get(size_t idx) {
-    check(idx < memo_.size() && memo_[idx], "memo index ", idx, " was never written");
-    return memo_[idx];
+  MutPtr memo_get(uint64_t idx) const {
+    auto it = memo_.find(idx);
+    check(it != memo_.end(), "memo index ", idx, " was never written");
+    return it->second;
   }
 
-  static ValuePtr str(std::string_view s) {
+  MutPtr str(std::string_view s) {
     Value v;
     v.kind = Value::Kind::Str;
     v.s = std::string(s);
-    return make(std::move(v));
+    return counted(std::move(v));
   }
-  static ValuePtr container(Value::Kind kind, std::vector<ValuePtr> items) {
+  MutPtr container(Value::Kind kind, std::vector<ValuePtr> items) {
+    seal(items);
     Value v;
     v.kind = kind;
     v.depth = depth_of(items);
     v.items = std::move(items);
-    return make(std::move(v));
+    return counted(std::move(v));
   }
-  // Values are immutable (so no reference cycles can form): filling a
-  // container makes a new value, and the memo slots and stack entries that held
-  // the old one are pointed at the new one, which is what pickle's in-place
-  // mutation means for them (torch.save memoises a dict before its SETITEMS).
-  void rebind(const ValuePtr& from, const ValuePtr& to) {
-    auto it = memo_of_.find(from.get());
-    if (it != memo_of_.end()) {
-      std::vector<size_t> slots = std::move(it->second);
-      memo_of_.erase(it);
-      for (size_t i : slots) memo_[i] = to;
-      memo_of_[to.get()] = std::move(slots);
+  // A value placed inside a container is sealed: pickle may still mutate it
+  // in place (lists and dicts are filled after being memoised), but torch.save
+  // always finishes a container before nesting it, and refusing later changes
+  // keeps the graph acyclic and every depth final.
+  // (The set owns its values, so a freed address can never be mistaken for a
+  // sealed one.)
+  void seal(const std::vector<ValuePtr>& items) {
+    for (const auto& it : items) sealed_.insert(it);
+  }
+  void fill(const MutPtr& c, const std::vector<ValuePtr>& items, bool as_dict) {
+    const bool list = !as_dict;
+    check(c->kind == (list ? Value::Kind::List : Value::Kind::Dict), list ? "APPEND on a non-list" : "SETITEM on a non-dict");
+    check(!sealed_.count(c), "a ", list ? "list" : "dict",
+          " is modified after being nested in another object (recursive structures are not supported)");
+    for (const auto& it : items) check(it.get() != c.get(), "a container is inserted into itself");
+    seal(items);
+    if (list) {
+      c->items.insert(c->items.end(), items.begin(), items.end());
+      c->depth = std::max(c->depth, depth_of(items));
+    } else {
+      check(items.size() % 2 == 0, "odd number of items for a dict");
+      for (size_t i = 0; i < items.size(); i += 2) {
+        check(items[i]->kind == Value::Kind::Str || items[i]->kind == Value::Kind::Int,
+              "dict key is not str or int");
+        c->dict.emplace_back(items[i], items[i + 1]);
+        c->depth = std::max(c->depth, items[i + 1]->depth + 1);
+      }
     }
-    for (auto& e : stack_)
-      if (e == from) e = to;
-  }
-  ValuePtr extend(const ValuePtr& list, const std::vector<ValuePtr>& items) {
-    check(list->kind == Value::Kind::List, "APPEND on a non-list");
-    Value v = *list;
-    v.items.insert(v.items.end(), items.begin(), items.end());
-    v.depth = std::max(v.depth, depth_of(items));
-    ValuePtr out = make(std::move(v));
-    rebind(list, out);
-    return out;
-  }
-  ValuePtr dict_with(const ValuePtr& d, const std::vector<ValuePtr>& kv) {
-    check(d->kind == Value::Kind::Dict, "SETITEM on a non-dict");
-    check(kv.size() % 2 == 0, "odd number of items for a dict");
-    Value v = *d;
-    for (size_t i = 0; i < kv.size(); i += 2) {
-      check(kv[i]->kind == Value::Kind::Str || kv[i]->kind == Value::Kind::Int, "dict key is not str or int");
-      v.dict.emplace_back(kv[i], kv[i + 1]);
-      v.depth = std::max({v.depth, kv[i + 1]->depth + 1});
-    }
-    ValuePtr out = make(std::move(v));
-    rebind(d, out);
-    return out;
+    check(c->depth <= kMaxDepth, "objects nested deeper than ", kMaxDepth);
   }
 
-  ValuePtr global(const std::string& module, const std::string& name) {
+  MutPtr global(const std::string& module, const std::string& name) {
     const std::string full = module + "." + name;
     bool ok = full == "collections.OrderedDict" || full == "torch._utils._rebuild_tensor_v2" ||
               full == "torch._utils._rebuild_parameter";
@@ -305,7 +327,7 @@ class Reader {
     Value v;
     v.kind = Value::Kind::Global;
     v.s = full;
-    return make(std::move(v));
+    return counted(std::move(v));
   }
 
   int64_t int_of(const ValuePtr& v, const char* what) const {
@@ -319,7 +341,7 @@ class Reader {
     return s;
   }
 
-  ValuePtr reduce(const ValuePtr& fn, const ValuePtr& args) {
+  MutPtr reduce(const ValuePtr& fn, const ValuePtr& args) {
     check(fn->kind == Value::Kind::Global, "REDUCE on a non-callable");
     check(args->kind == Value::Kind::Tuple, "REDUCE arguments are not a tuple");
     const auto& a = args->items;
@@ -329,7 +351,8 @@ class Reader {
     }
     if (fn->s == "torch._utils._rebuild_parameter") {
       check(a.size() == 3 && a[0]->kind == Value::Kind::Tensor, "malformed _rebuild_parameter record");
-      return a[0];
+      Value v = *a[0];
+      return counted(std::move(v));
     }
     if (fn->s == "torch._utils._rebuild_tensor_v2") {
       // (storage, storage_offset, size, stride, requires_grad, backward_hooks[, metadata])
@@ -342,12 +365,12 @@ class Reader {
       v.tensor.shape = ints_of(a[2], "size");
       v.tensor.stride = ints_of(a[3], "stride");
       check(v.tensor.shape.size() == v.tensor.stride.size(), "tensor record: size and stride differ in rank");
-      return make(std::move(v));
+      return counted(std::move(v));
     }
     fail("calling '", fn->s, "' is not allowed (restricted unpickler)");
   }
 
-  ValuePtr persistent(const ValuePtr& pid) {
+  MutPtr persistent(const ValuePtr& pid) {
     // ('storage', torch.<X>Storage, key, location, numel)
     check(pid->kind == Value::Kind::Tuple && pid->items.size() == 5 && pid->items[0]->kind == Value::Kind::Str &&
               pid->items[0]->s == "storage",
@@ -370,16 +393,18 @@ class Reader {
         v.tensor.dtype_known = true;
         v.tensor.dtype = st.dtype;
       }
-    return make(std::move(v));
+    return counted(std::move(v));
   }
 
   std::string_view b_;
   const std::string& what_;
   size_t pos_ = 0;
-  std::vector<ValuePtr> stack_;
+  size_t values_ = 0;
+  const size_t max_values_;
+  std::vector<MutPtr> stack_;
   std::vector<size_t> marks_;
-  std::vector<ValuePtr> memo_;
-  std::unordered_map<const Value*, std::vector<size_t>> memo_of_;  // value -> its memo slots
+  std::unordered_map<uint64_t, MutPtr> memo_;
+  std::unordered_set<ValuePtr> sealed_;
 };
 
 // ------------------------------------------------------------------ writer

@@ -52,9 +52,15 @@ struct Value {
 };
 
 /// Parses a pickle stream. `what` names the stream in errors ("FILE: data.pkl").
-/// Errors: unknown/unsupported opcode (with its byte and offset), a global
-/// outside the allow-list (named), truncated stream, bad memo index, stack
-/// underflow, malformed tensor/storage records, nesting deeper than 64.
+/// Resources are bounded by the stream: at most bytes/2 + 64 objects, one memo
+/// slot per PUT opcode (whatever index it names), each opcode linear in what
+/// it adds (containers are filled in place).
+/// Errors (one line starting with `what`): unknown/unsupported opcode (with
+/// its byte and offset), a global outside the allow-list (named), truncated
+/// stream, bad memo index, an opcode reaching below the last MARK or past the
+/// stack's bottom, more objects than the budget, a container changed after it
+/// was nested (recursive structures), malformed tensor/storage records,
+/// nesting deeper than 64.
 ValuePtr parse(std::string_view bytes, const std::string& what);
 
 /// The torch storage class name for a dtype ("FloatStorage", ...); Error for

@@ -19,7 +19,11 @@ namespace {
 using torch_pickle::Value;
 using torch_pickle::ValuePtr;
 
-constexpr uint64_t kMaxPickleBytes = 256ull << 20;
+constexpr uint64_t kMaxPickleBytes = 64ull << 20;
+// Deflate cannot expand one byte into more than ~1032: an entry claiming a
+// larger uncompressed size than that is lying, and is refused before its
+// size is allocated.
+constexpr uint64_t kMaxInflateRatio = 1032;
 
 std::string zip_error_text(int code) {
   zip_error_t e;
@@ -41,6 +45,8 @@ class Archive {
     zip_t* z = zip_open(path.c_str(), ZIP_RDONLY | ZIP_CHECKCONS, &code);
     MAGI2_CHECK(z, path, ": cannot open as a PyTorch zip checkpoint (", zip_error_text(code), ")");
     zip_.reset(z);
+    std::error_code ec;
+    file_size_ = std::filesystem::file_size(path, ec);
     const zip_int64_t n = zip_get_num_entries(z, 0);
     for (zip_int64_t i = 0; i < n; ++i) {
       const char* name = zip_get_name(z, static_cast<zip_uint64_t>(i), 0);
@@ -63,6 +69,11 @@ class Archive {
     zip_stat_init(&st);
     MAGI2_CHECK(zip_stat(zip_.get(), (prefix_ + rel).c_str(), 0, &st) == 0 && (st.valid & ZIP_STAT_SIZE), path_,
                 ": entry '", prefix_, rel, "' is missing");
+    const bool stored = (st.valid & ZIP_STAT_COMP_METHOD) && st.comp_method == ZIP_CM_STORE;
+    MAGI2_CHECK((st.valid & ZIP_STAT_COMP_SIZE) && st.comp_size <= file_size_ &&
+                    (stored ? st.size == st.comp_size : st.size / kMaxInflateRatio <= st.comp_size + 64),
+                path_, ": entry '", prefix_, rel, "' claims ", st.size, " bytes from ", st.comp_size,
+                " stored bytes (corrupt or a zip bomb)");
     return st.size;
   }
 
@@ -104,6 +115,7 @@ class Archive {
   std::string path_;
   std::unique_ptr<zip_t, ZipCloser> zip_;
   std::string prefix_;
+  uint64_t file_size_ = 0;
 };
 
 bool mul_ok(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
@@ -211,6 +223,13 @@ TorchStateDict load_torch_checkpoint(const std::string& path, std::string_view d
     MAGI2_CHECK(ok && (numel == 0 || last < r.storage_numel), path, ": tensor '", name, "' (shape ",
                 shape_str(r.shape), ", offset ", r.offset, ") extends beyond its storage of ", r.storage_numel,
                 " elements");
+    // A state dict's tensors never hold more elements than their storage: a
+    // record that does (stride-0 / overlapping views) would make a few bytes
+    // expand into an arbitrarily large copy, so it is refused before any
+    // allocation.
+    MAGI2_CHECK(numel <= r.storage_numel, path, ": tensor '", name, "' (shape ", shape_str(r.shape), ", stride ",
+                shape_str(r.stride), ") has ", numel, " elements but its storage only ", r.storage_numel,
+                " (overlapping views are not supported)");
 
     auto sit = storages.find(r.storage_key);
     if (sit == storages.end()) {

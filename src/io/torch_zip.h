@@ -52,7 +52,9 @@ class TorchStateDict {
 /// data.pkl or storage, big-endian byteorder, disallowed pickle global or
 /// opcode, missing `dict_key` (the keys present are listed), a value that is
 /// not a tensor, a storage dtype with no DType here (e.g. float64), a tensor
-/// extending beyond its storage.
+/// extending beyond its storage or with more elements than it (stride-0 /
+/// overlapping views), a zip entry claiming more bytes than its compressed
+/// data can hold. All of these are checked before anything is allocated.
 TorchStateDict load_torch_checkpoint(const std::string& path, std::string_view dict_key = "");
 
 /// The str keys of the saved object when it is a dict (in saved order), else

@@ -1,4 +1,5 @@
 #include "media/mp4.h"
+#include "media/wav.h"
 
 #include <unistd.h>
 
@@ -254,8 +255,9 @@ void write_mp4(const std::string& path, const Clip& clip, const Mp4Options& opti
       auto* left = reinterpret_cast<float*>(aframe->data[0]);
       auto* right = reinterpret_cast<float*>(aframe->data[1]);
       for (int i = 0; i < n; ++i) {
-        left[i] = pcm[2 * (audio_pos + i)];
-        right[i] = pcm[2 * (audio_pos + i) + 1];
+        // Clipped where the PCM16 WAV clips (the official file is muxed from it).
+        left[i] = clip_to_pcm16_range(pcm[2 * (audio_pos + i)]);
+        right[i] = clip_to_pcm16_range(pcm[2 * (audio_pos + i) + 1]);
       }
       aframe->pts = audio_pos;
       mux.encode(audio, aframe.get());

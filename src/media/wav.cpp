@@ -1,6 +1,7 @@
 #include "media/wav.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -66,6 +67,7 @@ std::string encode_wav_sndfile(const std::string& path, const Tensor& audio, int
   info.format = SF_FORMAT_WAV | (format == WavFormat::Pcm16 ? SF_FORMAT_PCM_16 : SF_FORMAT_FLOAT);
   SNDFILE* sf = sf_open_virtual(&io, SFM_WRITE, &info, &mem);
   MAGI2_CHECK(sf, "wav '", path, "': ", sf_strerror(nullptr));
+  sf_command(sf, SFC_SET_CLIPPING, nullptr, SF_TRUE);  // as python-soundfile does for every file
   const sf_count_t frames = audio.size(0);
   const sf_count_t written = sf_writef_float(sf, audio.data_as<float>(), frames);
   const std::string err = sf_strerror(sf);
@@ -120,14 +122,29 @@ std::string encode_wav_builtin(const Tensor& audio, int sample_rate, WavFormat f
   const size_t n = static_cast<size_t>(frames) * channels;
   for (size_t i = 0; i < n; ++i) {
     if (pcm) {
-      // Same float product and rounding as libsndfile; the int16 store wraps.
-      const long v = std::lrintf(32767.0f * x[i]);
-      put_u16(s, static_cast<uint16_t>(static_cast<unsigned long>(v) & 0xffffu));
+      put_u16(s, static_cast<uint16_t>(pcm16_sample(x[i])));
     } else {
       put_u32(s, f32_bits(x[i]));
     }
   }
   return s;
+}
+
+int16_t pcm16_sample(float x) {
+  // libsndfile scales to the int32 range in fp32 and keeps the top 16 bits.
+  const float scaled = x * 2147483648.0f;
+  if (static_cast<double>(scaled) >= 2147483647.0) return 32767;
+  if (static_cast<double>(scaled) <= -2147483648.0) return -32768;
+  // SSE2 cvtss2si: round half to even, NaN -> INT32_MIN.
+  const int32_t v = std::isnan(scaled) ? INT32_MIN : static_cast<int32_t>(std::lrintf(scaled));
+  return static_cast<int16_t>(v >> 16);
+}
+
+float clip_to_pcm16_range(float x) {
+  const float scaled = x * 2147483648.0f;
+  if (static_cast<double>(scaled) >= 2147483647.0) return 32767.0f / 32768.0f;
+  if (static_cast<double>(scaled) <= -2147483648.0) return -1.0f;
+  return x;
 }
 
 WavFormat parse_wav_format(const std::string& s) {

@@ -4,6 +4,7 @@
 // float32 is the lossless alternative.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/tensor.h"
@@ -12,13 +13,29 @@ namespace magi2 {
 
 /// WAV sample encodings.
 enum class WavFormat {
-  /// 16-bit PCM, libsndfile's float->int16 rule: lrintf(32767.0f * x) stored as
-  /// int16, with libsndfile's default clipping (off), as soundfile.write does
-  /// (so |x| > 1 wraps around, exactly as the official side file would).
+  /// 16-bit PCM exactly as python-soundfile's `sf.write` writes it: soundfile
+  /// turns libsndfile's clipping on (SFC_SET_CLIPPING) for every file it opens,
+  /// so the rule is libsndfile 1.2.x's clipped float -> PCM16 conversion
+  /// (pcm16_sample below), for in-range and out-of-range samples alike.
   Pcm16,
   /// 32-bit IEEE float (WAVE_FORMAT_IEEE_FLOAT), bit-exact copy of the samples.
   Float32,
 };
+
+/// One float sample as the PCM16 value soundfile/libsndfile (1.2.0-1.2.2,
+/// clipping on) store: s = x * 2^31 in fp32; s >= 2^31 - 1 -> 32767;
+/// s <= -2^31 -> -32768; otherwise the fp32 -> int32 conversion (round half to
+/// even; NaN -> INT32_MIN) shifted right by 16 (so the result rounds towards
+/// -inf at 16-bit precision: 0.9 -> 29491, -1.0 -> -32768, 1.0 -> 32767,
+/// NaN -> -32768).
+int16_t pcm16_sample(float x);
+
+/// The float the MP4's AAC encoder gets for a sample: clipped to the range
+/// PCM16 represents, [-1, 32767/32768], with the same thresholds as
+/// pcm16_sample (so the MP4 audio clips where the WAV does; in-range samples
+/// pass unchanged). NaN is passed through (the engine refuses non-finite audio
+/// before any output is written).
+float clip_to_pcm16_range(float x);
 
 /// Parses "pcm16" / "float32" (CLI spelling); Error naming the value otherwise.
 WavFormat parse_wav_format(const std::string& s);

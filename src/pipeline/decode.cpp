@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/finite.h"
 
 namespace magi2 {
 
@@ -39,6 +40,10 @@ Tensor ClipDecoders::decode_frames(const Tensor& video_latent) const {
 Clip ClipDecoders::decode(const Tensor& video_latent, const Tensor& audio_latent, DecodeTimes* times) const {
   MAGI2_CHECK(audio_latent.dim() == 3 && audio_latent.size(0) == 1 && audio_latent.dtype() == DType::F32,
               "decode: audio latent must be f32 [1, La, C], got ", shape_str(audio_latent.shape()));
+  // A diverged latent would decode to plausible-looking garbage (NaN becomes
+  // some uint8 value): stop here, before any output exists.
+  check_finite(video_latent, "decode: video latent");
+  check_finite(audio_latent, "decode: audio latent");
   DecodeTimes t;
   Clip clip;
   auto t0 = std::chrono::steady_clock::now();
@@ -47,6 +52,7 @@ Clip ClipDecoders::decode(const Tensor& video_latent, const Tensor& audio_latent
   t0 = std::chrono::steady_clock::now();
   clip.audio = audio_.decode(audio_latent);
   t.audio_ms = ms_since(t0);
+  check_finite(clip.audio, "decode: decoded audio (Stable Audio Open VAE output)");
   clip.fps = static_cast<double>(kClipFpsNum) / kClipFpsDen;
   clip.sample_rate = kClipSampleRate;
   if (times) *times = t;

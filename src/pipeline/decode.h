@@ -33,7 +33,9 @@ class ClipDecoders {
   /// video_latent [1, 48, T, h, w] f32 -> frames [4T-3, 16h, 16w, 3] u8 RGB;
   /// audio_latent [1, La, 64] f32 -> audio [La * 2048 * 441/512, 2] f32 at
   /// 44.1 kHz (250 frames -> 441,000 samples = 10 s); fps 12.5.
-  /// Errors: latent shapes the decoders cannot take.
+  /// Errors: latent shapes the decoders cannot take; a NaN/Inf in either
+  /// latent or in the decoded audio (naming the stream; nothing is decoded
+  /// further, so no output gets written).
   Clip decode(const Tensor& video_latent, const Tensor& audio_latent, DecodeTimes* times = nullptr) const;
 
   /// The video half of decode(): video_latent [1, 48, T, h, w] f32 -> frames

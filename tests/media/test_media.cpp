@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -89,17 +90,35 @@ TEST(Png, BadInputs) {
                           {"--save-frames", "file"}));
 }
 
-// Samples with the edge cases of the PCM16 rule: +-1, a value past full scale,
-// and exact .5 products.
+// Samples with the edge cases of the PCM16 rule, each with the value that
+// python-soundfile's sf.write stores (libsndfile 1.2.x with clipping on, as
+// measured with sf_command(SFC_SET_CLIPPING) and sf_write_float).
+struct Pcm16Case {
+  float x;
+  int16_t stored;
+};
+const Pcm16Case kPcm16Cases[] = {
+    {1.0f, 32767},       {-1.0f, -32768},        {1.25f, 32767},          {-1.5f, -32768},
+    {0.9f, 29491},       {0.5f, 16384},          {0.99999f, 32767},       {-0.99999f, -32768},
+    {1.0000001f, 32767}, {-1.0000001f, -32768},  {1e30f, 32767},          {-1e30f, -32768},
+    {0.75f / 32768.0f, 0}, {-0.75f / 32768.0f, -1}, {1.5f / 32768.0f, 1}, {2.5f / 32768.0f, 2},
+};
+
 Tensor edge_audio() {
   Tensor a = tone_audio(1000);
   float* p = a.data_as<float>();
-  p[0] = 1.0f;
-  p[1] = -1.0f;
-  p[2] = 1.25f;  // beyond full scale: wraps in libsndfile's default mode
-  p[3] = 0.5f / 32767.0f;
-  p[4] = -1.5f / 32767.0f;
+  int i = 0;
+  for (const auto& c : kPcm16Cases) p[i++] = c.x;
   return a;
+}
+
+TEST(Wav, Pcm16SampleIsSoundfilesRule) {
+  for (const auto& c : kPcm16Cases) EXPECT_EQ(pcm16_sample(c.x), c.stored) << c.x;
+  EXPECT_EQ(pcm16_sample(std::nanf("")), -32768);
+  EXPECT_EQ(pcm16_sample(std::numeric_limits<float>::infinity()), 32767);
+  EXPECT_EQ(clip_to_pcm16_range(1.5f), 32767.0f / 32768.0f);
+  EXPECT_EQ(clip_to_pcm16_range(-2.0f), -1.0f);
+  EXPECT_EQ(clip_to_pcm16_range(0.25f), 0.25f);
 }
 
 TEST(Wav, Float32RoundTripIsExact) {
@@ -124,12 +143,10 @@ TEST(Wav, Pcm16FollowsLibsndfileRule) {
   ASSERT_EQ(back.shape(), a.shape());
   int64_t bad = 0;
   for (int64_t i = 0; i < a.numel(); ++i) {
-    const long q = std::lrintf(32767.0f * a.data_as<float>()[i]);
-    const auto s = static_cast<int16_t>(static_cast<uint16_t>(static_cast<unsigned long>(q) & 0xffffu));
+    const int16_t s = pcm16_sample(a.data_as<float>()[i]);
     if (back.data_as<float>()[i] != static_cast<float>(s) / 32768.0f) ++bad;
   }
   EXPECT_EQ(bad, 0);
-  EXPECT_LT(back.data_as<float>()[2], 0.0f) << "1.25 should wrap like the official side file";
   // The built-in writer (used where libsndfile is absent) gives the same samples,
   // and for PCM16 the same bytes.
   for (WavFormat f : {WavFormat::Pcm16, WavFormat::Float32}) {

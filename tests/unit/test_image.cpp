@@ -223,6 +223,59 @@ TEST(ImagePng, ExifChunkRotates) {
   EXPECT_EQ(rot.shape(), (Shape{3, 2, 3}));
 }
 
+// A PNG made of chunks by hand (signature, IHDR with any size, a few IDAT
+// bytes, IEND), so a header can claim what a file does not hold.
+uint32_t crc32_of(const std::string& bytes) {
+  uint32_t c = 0xffffffffu;
+  for (unsigned char b : bytes) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+std::string be32(uint32_t v) {
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
+}
+std::string chunk(const std::string& type, const std::string& data) {
+  std::string body = type;
+  body += data;
+  std::string out = be32(static_cast<uint32_t>(data.size()));
+  out += body;
+  out += be32(crc32_of(body));
+  return out;
+}
+std::string png_claiming(uint32_t w, uint32_t h) {
+  std::string ihdr = be32(w);
+  ihdr += be32(h);
+  ihdr += std::string{8, 2, 0, 0, 0};  // 8-bit RGB, deflate, no filter/interlace
+  std::string out = "\x89PNG\r\n\x1a\n";
+  out += chunk("IHDR", ihdr);
+  out += chunk("IDAT", std::string("\x78\x9c\x63\x00\x00\x00\x01\x00\x01", 9));
+  out += chunk("IEND", "");
+  return out;
+}
+
+TEST(ImageErrors, SizeLimitsComeFromTheHeader) {
+  const std::string dir = temp_dir("image_limits");
+  auto refused = [&](const std::string& name, const std::string& bytes, std::initializer_list<std::string> words) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+    return throws_with([&] { load_image_rgb(dir + "/" + name); }, words);
+  };
+  // 20000 x 10000 = 200 Mpx: over PIL's decompression-bomb limit.
+  EXPECT_TRUE(refused("bomb.png", png_claiming(20000, 10000), {"bomb.png", "20000x10000", "178956970"}));
+  // 8000 x 8000 is within the limit, but 192 MB of pixels cannot come out of ~80 bytes.
+  EXPECT_TRUE(refused("liar.png", png_claiming(8000, 8000), {"liar.png", "more than its"}));
+  EXPECT_TRUE(refused("side.png", png_claiming(70000, 10), {"side.png"}));
+  // 1300 x 10 is a 130:1 strip.
+  PngSpec strip{1300, 10, PNG_COLOR_TYPE_RGB, 8, std::vector<uint8_t>(1300 * 10 * 3, 9)};
+  write_png(dir + "/strip.png", strip);
+  EXPECT_TRUE(throws_with([&] { load_image_rgb(dir + "/strip.png"); }, {"strip.png", "1300x10", "64:1"}));
+  EXPECT_EQ(image_size_problem(4096, 4096), nullptr);
+  EXPECT_NE(image_size_problem(0, 5), nullptr);
+  EXPECT_TRUE(throws_with([&] { load_image_rgb("/dev/zero"); }, {"/dev/zero", "character device"}));
+  EXPECT_TRUE(throws_with([&] { load_image_rgb(dir); }, {dir, "is a folder"}));
+}
+
 TEST(ImageErrors, OneLineNamingTheFile) {
   const std::string dir = temp_dir("image_errors");
   EXPECT_TRUE(throws_with([&] { load_image_rgb(dir + "/absent.png"); }, {"absent.png", "cannot open"}));

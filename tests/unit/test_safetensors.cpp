@@ -188,6 +188,16 @@ TEST_F(SafetensorsTest, HeaderNotJson) {
   EXPECT_TRUE(open_fails(file("nj3.safetensors", raw_file(std::string("{}\x01\x02", 4), 0)), {"not valid JSON"}));
 }
 
+TEST_F(SafetensorsTest, DuplicateTensorNameIsRefused) {
+  const std::string hdr = R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                          R"("t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  EXPECT_TRUE(open_fails(file("dup.safetensors", raw_file(hdr, 8)), {"dup.safetensors", "'t'", "appears twice"}));
+  // The same key inside different entries is fine (only tensor names must be unique).
+  const std::string ok = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                         R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  EXPECT_NO_THROW(SafetensorsFile::open(file("nodup.safetensors", raw_file(ok, 8))));
+}
+
 TEST_F(SafetensorsTest, HeaderNotObject) {
   EXPECT_TRUE(open_fails(file("arr.safetensors", raw_file("[1, 2, 3]", 0)), {"not a JSON object"}));
   EXPECT_TRUE(open_fails(file("str.safetensors", raw_file("\"x\"", 0)), {"not a JSON object"}));
@@ -292,7 +302,8 @@ TEST_F(SafetensorsTest, BadMetadata) {
 TEST_F(SafetensorsTest, MissingOrNonRegularFile) {
   EXPECT_TRUE(open_fails(dir_ + "/absent.safetensors", {"cannot open"}));
   fs::create_directories(dir_ + "/sub.safetensors");
-  EXPECT_TRUE(open_fails(dir_ + "/sub.safetensors", {"not a regular file"}));
+  EXPECT_TRUE(open_fails(dir_ + "/sub.safetensors", {"sub.safetensors", "is a folder"}));
+  EXPECT_TRUE(open_fails("/dev/zero", {"/dev/zero", "character device"}));
 }
 
 }  // namespace

@@ -21,6 +21,7 @@ namespace magi2 {
 namespace {
 
 using test::throws_with;
+using namespace std::string_literals;
 
 std::string golden(const std::string& rel) { return test::golden_dir() + "/" + rel; }
 
@@ -221,7 +222,57 @@ TEST_F(TorchZipBad, DisallowedGlobalsAndOpcodesAreNamedNotRun) {
   EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(ckpt("deep", deep)); }, {"nested deeper"}));
 }
 
+TEST_F(TorchZipBad, StackAndMarkDisciplineIsChecked) {
+  // TUPLE1 right after a MARK would reach below it (it used to shrink the
+  // stack under the mark, and the next 't' then crashed in libstdc++).
+  const std::string below = ckpt("below", "\x80\x02K\x01(\x85t.");
+  EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(below); }, {below, "TUPLE at byte 5", "above the last MARK"}));
+  for (const std::string op : {"s"s, "a"s, "R"s, "b"s, "\x93"s, "Q"s, "q\0"s}) {
+    const std::string p = cat({"\x80\x02}K\x01(", op, "t."});
+    ASSERT_EQ(p.size(), 6 + op.size() + 2);
+    const std::string path = ckpt("op", p);
+    EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(path); }, {path, "above the last MARK"})) << op;
+  }
+  const std::string unbalanced = ckpt("unbalanced", "\x80\x02K\x01K\x02.");
+  EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(unbalanced); }, {"not balanced at STOP"}));
+  const std::string nomark = ckpt("nomark", "\x80\x02}u.");
+  EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(nomark); }, {"no MARK"}));
+}
+
+TEST_F(TorchZipBad, MemoAndObjectsAreBoundedByTheStream) {
+  // A memo index far beyond the stream costs one slot, not a 4-billion-entry table.
+  const std::string far = ckpt("far", "\x80\x02}r\xf0\xff\xff\xffj\xf0\xff\xff\xff" "h\x01.");
+  EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(far); }, {far, "memo index 1 was never written"}));
+  // One byte per object: more objects than such a stream can honestly describe.
+  const std::string nones = ckpt("nones", cat({"\x80\x02(", std::string(4000, 'N'), "l."}));
+  EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(nones); }, {nones, "more objects than"}));
+}
+
+TEST_F(TorchZipBad, LargeDictsFillInLinearTime) {
+  // 200k SETITEM opcodes on one dict: each adds one entry in place (a copy per
+  // opcode made this quadratic). The values are ints, so loading then stops
+  // at the first non-tensor entry.
+  std::string pkl = "\x80\x02}q"s + '\0';
+  for (int i = 0; i < 200000; ++i) pkl += cat({ustr("k" + std::to_string(i)), "K\x01s"});
+  pkl += ".";
+  const std::string p = ckpt("big", pkl);
+  EXPECT_EQ(torch_checkpoint_keys(p).size(), 200000u);
+  EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(p); }, {p, "'k0'", "not a tensor"}));
+}
+
+TEST_F(TorchZipBad, RecursiveStructuresAreRefused) {
+  const std::string self = ckpt("self", "\x80\x02]q\0h\0" "a."s);
+  EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(self); }, {self, "inserted into itself"}));
+  // L1 nested in L2, then L1 changed: the graph could close a cycle.
+  const std::string later = ckpt("later", "\x80\x02]q\0]h\0" "ah\0K\x01" "a."s);
+  EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(later); }, {later, "after being nested"}));
+}
+
 TEST_F(TorchZipBad, BadTensorRecords) {
+  // A stride-0 view of 2e9 elements over a 4-element storage: refused before
+  // anything is allocated.
+  const std::string bomb = ckpt("bomb", tensor_pickle("FloatStorage", 4, 0, 2000000000, 0));
+  EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(bomb); }, {bomb, "'w'", "2000000000 elements", "storage only 4"}));
   const std::string oob = ckpt("oob", tensor_pickle("FloatStorage", 4, 2, 3, 1));
   EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(oob); }, {oob, "'w'", "beyond its storage"}));
   const std::string dbl = ckpt("dbl", tensor_pickle("DoubleStorage", 2, 0, 2, 1));

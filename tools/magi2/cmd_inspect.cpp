@@ -2,6 +2,7 @@
 // DiT checkpoint (and the text encoder, when present) binds to its config.
 // Exit 0 only when it validates.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -9,7 +10,10 @@
 #include "cache_env.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/finite.h"
 #include "engine/model_files.h"
+#include "io/safetensors.h"
+#include "io/torch_zip.h"
 #include "models/oobleck/decoder.h"
 #include "models/qwen35/text_model.h"
 #include "models/turbovae/decoder.h"
@@ -25,7 +29,53 @@ namespace fs = std::filesystem;
 struct InspectArgs {
   std::string dir;
   std::string config;
+  bool check_values = false;
 };
+
+// The state dict a torch checkpoint's loader would take (the official rule:
+// "ema_state_dict", else "state_dict", else the saved object).
+std::string torch_dict_key(const std::string& path) {
+  const std::vector<std::string> keys = torch_checkpoint_keys(path);
+  for (const char* k : {"ema_state_dict", "state_dict"})
+    if (std::find(keys.begin(), keys.end(), k) != keys.end()) return k;
+  return "";
+}
+
+// --check-values: every tensor of every weight file under `root` (.safetensors,
+// .ckpt, .pth) scanned for NaN/Inf. Prints each offending tensor; Error naming
+// the first one when any is found.
+void check_weight_values(const fs::path& root) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    if (e.is_regular_file() && (e.path().extension() == ".safetensors" || e.path().extension() == ".ckpt" ||
+                                e.path().extension() == ".pth"))
+      files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  int64_t tensors = 0, bad = 0;
+  std::string first;
+  auto visit = [&](const std::string& file, const std::string& name, const Tensor& t) {
+    ++tensors;
+    const NonFiniteCount c = count_nonfinite(t);
+    if (c.count == 0) return;
+    const std::string line = str_cat(file, ": tensor '", name, "' ", shape_str(t.shape()), " has ", c.count,
+                                     " non-finite values (", c.nan, " NaN; first at index ", c.first, ")");
+    std::printf("check-values: %s\n", line.c_str());
+    if (bad++ == 0) first = line;
+  };
+  for (const auto& f : files) {
+    const std::string p = f.string();
+    if (f.extension() == ".safetensors") {
+      const auto st = SafetensorsFile::open(p);
+      for (const auto& e : st->entries()) visit(p, e.name, st->tensor(e.name));
+    } else {
+      const TorchStateDict sd = load_torch_checkpoint(p, torch_dict_key(p));
+      for (const auto& n : sd.names()) visit(p, n, sd.get(n));
+    }
+  }
+  MAGI2_CHECK(bad == 0, "--check-values: ", bad, " of ", tensors, " tensors hold NaN/Inf; first: ", first);
+  std::printf("check-values: OK: %lld tensors in %zu weight file(s), all finite\n", static_cast<long long>(tensors),
+              files.size());
+}
 
 void print_component(const fs::path& p, const char* label) {
   if (!fs::exists(p)) {
@@ -107,6 +157,7 @@ int run_inspect(const InspectArgs& a) {
       std::printf("validation: OK: Wan2.2 VAE encoder binds\n");
     }
   }
+  if (a.check_values) check_weight_values(fs::path(tdir) != root ? root : fs::path(tdir));
   return 0;
 }
 
@@ -122,6 +173,9 @@ Command inspect_command() {
         ->envname("MAGI2_MODEL");
     s->add_option("--config", args->config, "config in the official JSON layout (default: MODEL/config.json, else the built-in release config)")
         ->envname("MAGI2_CONFIG");
+    s->add_flag("--check-values", args->check_values,
+                "also read every weight and fail when any tensor holds NaN or Inf (reads all the bytes)")
+        ->envname("MAGI2_CHECK_VALUES");
     return s;
   };
   c.run = [args]() { return run_inspect(*args); };

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_depth.h"
 #include "io/mmap_file.h"
 #include "engine/text_conditioning.h"
 
@@ -15,9 +16,11 @@ namespace fs = std::filesystem;
 std::vector<Sample> load_samples(const std::string& path) {
   std::error_code ec;
   MAGI2_CHECK(fs::is_regular_file(path, ec), "--samples file '", path, "' does not exist or is not a file");
+  const std::string text = read_text_file(path);
+  check_json_depth(text, str_cat("--samples file '", path, "'"));
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text_file(path));
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(str_cat("--samples file '", path, "' is not valid JSON: ", plain_json_message(e.what())));
   }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/json_depth.h"
 #include "io/mmap_file.h"
 
 namespace magi2 {
@@ -124,6 +125,7 @@ void check_keys(const json& obj, std::initializer_list<const char*> known, const
 }  // namespace
 
 Magi2Config Magi2Config::from_json_text(const std::string& text, const std::string& src) {
+  check_json_depth(text, str_cat("config '", src, "'"));
   json j;
   try {
     j = json::parse(text);

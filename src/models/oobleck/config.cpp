@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_depth.h"
 #include "io/mmap_file.h"
 
 namespace magi2 {
@@ -81,6 +82,7 @@ struct Reader {
 }  // namespace
 
 SaoVaeConfig SaoVaeConfig::from_json_text(const std::string& text, const std::string& src) {
+  check_json_depth(text, str_cat("config '", src, "'"));
   json j;
   try {
     j = json::parse(text);

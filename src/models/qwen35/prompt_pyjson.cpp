@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "io/json_depth.h"
 #include "models/qwen35/tok_unicode.h"
 
 namespace magi2::qwen35 {
@@ -13,6 +14,10 @@ std::optional<PyJson> py_json_loads(std::string_view text, std::string* error) {
   // nlohmann skips a UTF-8 BOM silently; Python refuses it.
   if (text.size() >= 3 && text.substr(0, 3) == "\xEF\xBB\xBF") {
     if (error) *error = "Unexpected UTF-8 BOM";
+    return std::nullopt;
+  }
+  if (json_nesting_depth(text) > kMaxJsonDepth) {
+    if (error) *error = str_cat("nested deeper than ", kMaxJsonDepth, " levels");
     return std::nullopt;
   }
   try {

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_depth.h"
 #include "io/mmap_file.h"
 
 namespace magi2::qwen35 {
@@ -37,6 +38,7 @@ struct Reader {
 }  // namespace
 
 TextConfig TextConfig::from_json_text(std::string_view text, const std::string& source) {
+  check_json_depth(text, str_cat("text encoder config '", source, "'"));
   json root;
   try {
     root = json::parse(text);

@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_depth.h"
+#include "io/mmap_file.h"
 
 namespace magi2::qwen35 {
 
@@ -15,16 +17,8 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  MAGI2_CHECK(f.good(), "cannot open tokenizer file ", path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  MAGI2_CHECK(!f.bad(), "cannot read tokenizer file ", path);
-  return ss.str();
-}
-
 json parse_json(std::string_view text, const std::string& what) {
+  check_json_depth(text, what);
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
@@ -90,9 +84,9 @@ AddedToken parse_added(const json& t, int64_t id, const std::string& what) {
 std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& dir, bool magi_cjk_split) {
   const std::string tj = (std::filesystem::path(dir) / "tokenizer.json").string();
   const std::string cj = (std::filesystem::path(dir) / "tokenizer_config.json").string();
-  const std::string tok = read_file(tj);
+  const std::string tok = read_text_file(tj);
   std::string cfg;
-  if (std::filesystem::exists(cj)) cfg = read_file(cj);
+  if (std::filesystem::exists(cj)) cfg = read_text_file(cj);
   auto t = std::shared_ptr<Tokenizer>(new Tokenizer());
   t->parse(tok, cfg, magi_cjk_split, tj);
   return t;

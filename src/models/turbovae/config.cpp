@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "io/json_depth.h"
 #include "io/mmap_file.h"
 
 namespace magi2 {
@@ -34,6 +35,7 @@ void get(const json& j, const char* key, T* out, const std::string& src) {
 }  // namespace
 
 TurboVaeConfig TurboVaeConfig::from_json_text(const std::string& text, const std::string& src) {
+  check_json_depth(text, str_cat("TurboVAE config '", src, "'"));
   json j;
   try {
     j = json::parse(text);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_depth.h"
 #include "io/mmap_file.h"
 #include "io/torch_zip.h"
 #include "models/wan22_vae/latent_stats.h"
@@ -34,7 +35,9 @@ TurboVaeDecoder TurboVaeDecoder::load(const std::string& dir, Backend& be, DType
     std::vector<fs::path> found;
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       if (e.path().extension() != ".json") continue;
-      const auto j = nlohmann::json::parse(read_text_file(e.path().string()), nullptr, false);
+      const std::string text = read_text_file(e.path().string());
+      if (json_nesting_depth(text) > kMaxJsonDepth) continue;  // not a config of ours
+      const auto j = nlohmann::json::parse(text, nullptr, false);
       if (j.is_object() && j.contains("_class_name") && j["_class_name"] == "TurboVAED") found.push_back(e.path());
     }
     MAGI2_CHECK(found.size() == 1, "TurboVAE folder '", dir, "' has no ", kTurboVaeConfigName, " and ",
