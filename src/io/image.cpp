@@ -188,6 +188,9 @@ bool jpeg_decode(const uint8_t* data, size_t size, RawPixels& out, JpegError& er
     return false;
   }
   jpeg_create_decompress(&cinfo);
+  // libjpeg's own buffers (a progressive image keeps every coefficient) are
+  // capped too: past this it stops with "Insufficient memory" / no backing store.
+  cinfo.mem->max_memory_to_use = 1024L << 20;
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
   jpeg_read_header(&cinfo, TRUE);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/temp_files.h"
 
 namespace magi2 {
 
@@ -92,6 +93,7 @@ std::string read_text_file(const std::string& path, size_t max_bytes) {
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const TempFileGuard guard(tmp);  // a SIGINT/SIGTERM before the rename removes it
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(str_cat("cannot write '", path, "': ", std::strerror(errno)));
   size_t off = 0;

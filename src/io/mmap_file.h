@@ -41,7 +41,8 @@ std::string file_problem(const std::string& path);
 std::string read_text_file(const std::string& path, size_t max_bytes = kMaxTextFileBytes);
 
 /// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename.
-/// Nothing is ever left half-written under `path`.
+/// Nothing is ever left half-written under `path`, and the temporary file is
+/// removed on errors and on SIGINT/SIGTERM (io/temp_files.h).
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
 }  // namespace magi2

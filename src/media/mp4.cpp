@@ -1,6 +1,8 @@
 #include "media/mp4.h"
 #include "media/wav.h"
 
+#include "io/temp_files.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -61,6 +63,7 @@ using FramePtr = std::unique_ptr<AVFrame, FrameFree>;
 // Removes the temporary file unless the write completed.
 struct TempFile {
   std::string path;
+  TempFileGuard guard{path};  // removed on SIGINT/SIGTERM too
   bool keep = false;
   ~TempFile() {
     if (!keep) ::unlink(path.c_str());

@@ -2,6 +2,9 @@
 // safetensors headers, prompts), whole-file reads that refuse devices and
 // folders by name, and the non-finite counter used before outputs are written.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <limits>
@@ -12,6 +15,7 @@
 #include "io/json_depth.h"
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
+#include "io/temp_files.h"
 #include "models/magi2_dit/config.h"
 #include "models/qwen35/prompt.h"
 #include "util/testing.h"
@@ -85,6 +89,32 @@ TEST(NonFinite, CountsEveryFloatDtypeOnItsBits) {
   EXPECT_NO_THROW(check_finite(Tensor::from_f32({2}, {1.f, 2.f}), "x"));
   EXPECT_TRUE(throws_with([&] { check_finite(f, "denoising step 3: video latent"); },
                           {"denoising step 3: video latent", "3 of 6 values are not finite", "1 NaN"}));
+}
+
+TEST(TempFiles, RemovedOnSigtermAndSigint) {
+  const std::string dir = test::temp_dir("temp_files");
+  for (int sig : {SIGTERM, SIGINT}) {
+    const std::string tmp = dir + "/partial.tmp." + std::to_string(sig);
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      const TempFileGuard guard(tmp);
+      write_file_atomic(tmp + ".x", "");  // (its own temp file is gone once it returns)
+      FILE* f = std::fopen(tmp.c_str(), "w");
+      std::fputs("half", f);
+      std::fclose(f);
+      ::raise(sig);
+      ::_exit(3);  // not reached: the default action terminates
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
+    EXPECT_NE(::access(tmp.c_str(), F_OK), 0) << tmp << " survived signal " << sig;
+  }
+  {
+    const TempFileGuard g(dir + "/a");
+    EXPECT_GE(registered_temp_files(), 1);
+  }
 }
 
 }  // namespace
