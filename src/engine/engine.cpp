@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "engine/model_files.h"
 #include "engine/text_conditioning.h"
 #include "io/mmap_file.h"
@@ -303,6 +304,10 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
     return o;
   }
 
+  // A diverged run stops here, before any output (latents, clip, metrics) is
+  // written; the message names the stream and the step count.
+  check_finite(g.latent, str_cat(p.label, ": video latent after step ", o.steps));
+  check_finite(g.audio_latent, str_cat(p.label, ": audio latent after step ", o.steps));
   if (!p.save_prompt_path.empty()) write_file_atomic(p.save_prompt_path, saved_prompt(p));
   if (!p.latents_path.empty())
     write_safetensors(p.latents_path, {{"final_latent", g.latent}, {"final_audio_latent", g.audio_latent}});

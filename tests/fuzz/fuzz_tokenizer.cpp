@@ -5,13 +5,13 @@
 #include "core/error.h"
 #include "fuzz_util.h"
 #include "models/qwen35/tokenizer.h"
-#include "tiny_text_encoder.h"
+#include "engine/tiny_text_encoder.h"
 
 namespace {
 
 const magi2::qwen35::Tokenizer& tiny() {
   static const auto tok = magi2::qwen35::Tokenizer::from_json_text(
-      magi2::cli::tiny_tokenizer_json(), magi2::cli::tiny_tokenizer_config_json(), true, "tiny tokenizer");
+      magi2::tiny_tokenizer_json(), magi2::tiny_tokenizer_config_json(), true, "tiny tokenizer");
   return *tok;
 }
 
