@@ -77,6 +77,11 @@ class CpuBackend final : public Backend {
 }  // namespace
 }  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<cpu::CpuBackend>(threads); }
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  constexpr int kMaxCpuThreads = 1024;  // documented in ops.h
+  MAGI2_CHECK(threads >= 0 && threads <= kMaxCpuThreads, "--threads must be in [0, ", kMaxCpuThreads,
+              "] (0: all cores), got ", threads);
+  return std::make_unique<cpu::CpuBackend>(threads);
+}
 
 }  // namespace magi2

@@ -40,6 +40,20 @@ struct EngineOptions {
   pe::EnhanceRequest prompt_enhancement_request;
 };
 
+/// Documented ranges of the numeric request options (CLI flags in brackets),
+/// checked by validate() before anything is loaded, so no schedule, plan or
+/// buffer is ever sized from an unchecked number.
+struct Limits {
+  static constexpr int kMaxSteps = 1000;          ///< [--num-inference-steps] 1..1000 (release: 100)
+  static constexpr int64_t kMaxSide = 2048;       ///< [--width/--height] 16..2048, multiples of 16
+  static constexpr double kMaxSeconds = 60;       ///< [--seconds] (0, 60] (release: 10)
+  /// Largest clip: width x height x seconds (3x the 540p 10 s release clip).
+  static constexpr double kMaxPixelSeconds = 896.0 * 512.0 * 30.0;
+  static constexpr int64_t kMaxOutputSide = 8192;  ///< [--output-width/--output-height] 0 (decoded size) or 1..8192
+  static constexpr double kMaxGuidance = 100;     ///< guidance scales: finite, |g| <= 100
+  static constexpr int kMaxThreads = 1024;        ///< [--threads] 0 (all cores)..1024
+};
+
 /// One generation request. Defaults are the CLI's.
 struct GenerateParams {
   /// Names this request in error messages ("--prompt", "sample 3", "request vid_...").
@@ -81,11 +95,14 @@ struct GenerateParams {
 };
 
 /// Checks a config before anything is loaded. Errors (one line naming the
-/// option): threads < 0, an unknown device.
+/// option): threads outside [0, Limits::kMaxThreads], an unknown device.
 void validate(const EngineOptions& c);
 
 /// Checks a request before any model work: resolution, width/height pairing,
-/// steps >= 1 (or -1), guidance scales finite, an output resize only with
+/// every number within Limits (steps: -1 = the config's, else 1..kMaxSteps),
+/// guidance scales finite, every output path distinct from the inputs
+/// (--image, --text-features, --noise, --routing-override) and from the other
+/// outputs, an output resize only with
 /// decoded outputs, the output plan (check_output_plan), and that the
 /// reference image exists. The clip length is checked against the model's
 /// frame rate by Engine::prepare. Errors: one line naming the CLI flag at fault.

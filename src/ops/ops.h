@@ -679,7 +679,10 @@ Tensor to_backend(Backend& be, const Tensor& t);
 /// already a contiguous host tensor.
 Tensor to_host(Backend& be, const Tensor& t);
 
-/// The CPU reference backend (OpenMP over rows). `threads` <= 0: OpenMP default.
+/// The CPU reference backend (OpenMP over rows). `threads` 0: OpenMP default
+/// (all cores). Error ("--threads must be in [0, 1024] ...") outside [0, 1024],
+/// the range of every --threads flag: OpenMP itself fails hard when asked for
+/// vastly more threads than it can create.
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 
 }  // namespace magi2

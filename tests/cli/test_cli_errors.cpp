@@ -25,7 +25,39 @@ TEST(CliErrors, UnknownResolution) {
 
 TEST(CliErrors, StepsBelowOne) {
   expect_one_line_error(magi2(gen("--num-inference-steps 0 --save-latents /tmp/x.safetensors")),
-                        "--num-inference-steps must be >= 1, got 0");
+                        "--num-inference-steps");
+  // The engine's internal "config default" value is no valid flag value either.
+  expect_one_line_error(magi2(gen("--num-inference-steps -1 --save-latents /tmp/x.safetensors")),
+                        "--num-inference-steps");
+}
+
+TEST(CliErrors, NumbersOutsideTheirDocumentedRange) {
+  const std::string out = " --save-latents /tmp/magi2_range_x.safetensors";
+  expect_one_line_error(magi2(gen("--num-inference-steps 100000" + out)), "--num-inference-steps");
+  expect_one_line_error(magi2(gen("--threads 100000" + out)), "--threads must be in [0, 1024]");
+  expect_one_line_error(magi2(gen("--threads -3" + out)), "--threads");
+  expect_one_line_error(magi2("generate --seconds 100000 --prompt x" + out), "--seconds must be in (0, 60]");
+  expect_one_line_error(magi2("generate --seconds nan --prompt x" + out), "--seconds");
+  expect_one_line_error(magi2("generate --width 2048 --height 2048 --seconds 10 --prompt x" + out),
+                        "exceeds the largest clip");
+  expect_one_line_error(magi2("generate --width 100000 --height 64 --prompt x" + out), "--width must be");
+  expect_one_line_error(magi2("generate --prompt x -o /tmp/magi2_range.mp4 --output-width 100000 --output-height 64"),
+                        "--output-width must be in [1, 8192]");
+  expect_one_line_error(magi2("encode-text --prompt x --threads 99999 -o /tmp/magi2_range_t.safetensors"),
+                        "--threads");
+  EXPECT_FALSE(std::filesystem::exists("/tmp/magi2_range_x.safetensors"));
+}
+
+TEST(CliErrors, OutputsMustDifferFromInputsAndEachOther) {
+  const std::string dir = temp_dir("cli_paths");
+  // An output onto an input: the input would be destroyed mid-run.
+  expect_one_line_error(magi2(gen("--save-latents " + golden("dit_io.safetensors"))), "--text-features");
+  expect_one_line_error(magi2(gen("--noise " + dir + "/n.safetensors --save-latents " + dir + "/./n.safetensors")),
+                        "is the input file of --noise");
+  // Two outputs onto one file.
+  expect_one_line_error(magi2(gen("--save-latents " + dir + "/a.json --metrics " + dir + "/a.json")),
+                        "both name");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/a.json"));
 }
 
 TEST(CliErrors, FlagParsingErrorsAreOneLine) {

@@ -156,20 +156,23 @@ int run_generate(const GenerateArgs& a) {
     jobs.push_back(std::move(p));
   }
 
+  // Every request is checked before any work (numbers, paths, images), so an
+  // impossible sample fails the batch up front; prompts are then encoded one
+  // sample at a time, just before its loop, so only one sample's features are
+  // held and the first step starts after one encoding, not N.
+  for (const GenerateParams& p : jobs) validate(p);
   Engine engine(ec);
-  // Every prompt is encoded before the first denoising step, so a bad sample
-  // fails the batch before any work on the others.
-  std::vector<PreparedRequest> prepared;
-  for (const GenerateParams& p : jobs) prepared.push_back(engine.prepare(p));
-  engine.release_text_encoder();  // unmaps its weights before the loop (the official code offloads it)
-
   GenerateCallbacks cb;
   cb.on_log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   cb.on_progress = report_step;
-  for (size_t j = 0; j < prepared.size(); ++j) {
-    if (prepared.size() > 1) std::fprintf(stderr, "magi2: sample %zu/%zu\n", j + 1, prepared.size());
-    const GenerateParams& p = prepared[j].params;
-    const GenerateOutcome o = engine.run(prepared[j], cb);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (jobs.size() > 1) std::fprintf(stderr, "magi2: sample %zu/%zu (%s)\n", j + 1, jobs.size(), jobs[j].label.c_str());
+    const PreparedRequest prepared = engine.prepare(jobs[j]);
+    // The text encoder stays loaded while samples remain to encode; after the
+    // last one it is unmapped before the loop (the official code offloads it).
+    if (j + 1 == jobs.size()) engine.release_text_encoder();
+    const GenerateParams& p = prepared.params;
+    const GenerateOutcome o = engine.run(prepared, cb);
     if (!p.latents_path.empty())
       std::printf("wrote %s (final_latent %s, final_audio_latent %s)\n", p.latents_path.c_str(),
                   shape_str(o.latent_shape).c_str(), shape_str(o.audio_latent_shape).c_str());
@@ -224,7 +227,10 @@ Command generate_command() {
         ->envname("MAGI2_WIDTH");
     s->add_option("--height", a.height, "video height in pixels (multiple of 16)")->envname("MAGI2_HEIGHT");
     s->add_option("--seed", a.seed, "noise seed")->envname("MAGI2_SEED")->capture_default_str();
-    s->add_option("--num-inference-steps", a.steps, "denoising steps (default: the config's, 100)")
+    // Checked by CLI11 when given, so no value (not even the engine's internal
+    // -1 for "the config's") gets past the flag's documented range.
+    s->add_option("--num-inference-steps", a.steps, "denoising steps, 1..1000 (default: the config's, 100)")
+        ->check(CLI::Range(1, Limits::kMaxSteps))
         ->envname("MAGI2_NUM_INFERENCE_STEPS");
     s->add_flag("--deterministic", a.deterministic, "deterministic kernels (always on for the CPU backend)")
         ->envname("MAGI2_DETERMINISTIC");

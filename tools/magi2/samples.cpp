@@ -25,6 +25,9 @@ std::vector<Sample> load_samples(const std::string& path) {
     throw Error(str_cat("--samples file '", path, "' is not valid JSON: ", plain_json_message(e.what())));
   }
   MAGI2_CHECK(j.is_array() && !j.empty(), "--samples file '", path, "' must hold a non-empty JSON array");
+  constexpr size_t kMaxSamples = 10000;  // sample numbers are written with 3+ digits; far beyond any batch
+  MAGI2_CHECK(j.size() <= kMaxSamples, "--samples file '", path, "' holds ", j.size(), " samples, more than ",
+              kMaxSamples);
   std::vector<Sample> out;
   for (size_t i = 0; i < j.size(); ++i) {
     const auto& e = j[i];
