@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "engine/model_files.h"
+#include "io/mmap_file.h"
 
 namespace magi2 {
 
@@ -91,9 +92,10 @@ void validate(const GenerateParams& p) {
               "--save-prompt writes the encoded prompt: it cannot go with --text-features");
   check_output_path(p.save_prompt_path, "--save-prompt");
   check_paths_distinct(p);
-  if (!p.image.empty())
-    MAGI2_CHECK(std::filesystem::is_regular_file(p.image), "--image ", p.image,
-                std::filesystem::is_directory(p.image) ? ": is a folder, not an image file" : ": no such file");
+  if (!p.image.empty()) {
+    const std::string why = file_problem(p.image);  // names a folder, /dev/zero, a missing file
+    MAGI2_CHECK(why.empty(), "--image ", p.image, ": ", why);
+  }
 }
 
 }  // namespace magi2

@@ -34,8 +34,8 @@ bool py_isspace(char32_t c) {
 }  // namespace
 
 std::string read_prompt_file(const std::string& path) {
-  std::error_code ec;
-  MAGI2_CHECK(fs::is_regular_file(path, ec), "prompt file '", path, "' does not exist or is not a file");
+  const std::string why = file_problem(path);
+  MAGI2_CHECK(why.empty(), "prompt file '", path, "' ", why);
   const std::u32string text = qwen35::utf8_decode(read_text_file(path), str_cat("prompt file '", path, "'"));
   size_t b = 0, e = text.size();
   while (b < e && py_isspace(text[b])) ++b;

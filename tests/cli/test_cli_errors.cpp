@@ -48,6 +48,14 @@ TEST(CliErrors, NumbersOutsideTheirDocumentedRange) {
   EXPECT_FALSE(std::filesystem::exists("/tmp/magi2_range_x.safetensors"));
 }
 
+TEST(CliErrors, InputsThatAreNotFilesAreNamedSo) {
+  const std::string out = " --save-latents /tmp/magi2_notfile_x.safetensors";
+  expect_one_line_error(magi2(gen("--image /dev/zero" + out)), "/dev/zero: is a character device");
+  expect_one_line_error(magi2(gen("--image /nonexistent.png" + out)), "/nonexistent.png: does not exist");
+  expect_one_line_error(magi2("generate --prompt-file /dev/zero" + out), "is a character device");
+  expect_one_line_error(magi2("generate --samples /tmp" + out), "is a folder");
+}
+
 TEST(CliErrors, OutputsMustDifferFromInputsAndEachOther) {
   const std::string dir = temp_dir("cli_paths");
   // An output onto an input: the input would be destroyed mid-run.

@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/model_files.h"
 #include "engine/text_conditioning.h"
+#include "io/mmap_file.h"
 #include "pe_options.h"
 #include "samples.h"
 
@@ -138,8 +139,8 @@ int run_generate(const GenerateArgs& a) {
       p.prompt = samples[i].prompt;
       if (!samples[i].image.empty()) p.image = samples[i].image;
       if (!p.image.empty())
-        MAGI2_CHECK(std::filesystem::is_regular_file(p.image), "--samples ", a.samples, ": sample ", i, " image ",
-                    p.image, ": no such file");
+        MAGI2_CHECK(file_problem(p.image).empty(), "--samples ", a.samples, ": sample ", i, " image ", p.image, ": ",
+                    file_problem(p.image));
       p.seed = base.seed + i;
       if (!p.latents_path.empty()) p.latents_path = sample_output_path(base.latents_path, i);
       if (!p.metrics_path.empty()) p.metrics_path = sample_output_path(a.metrics, i);

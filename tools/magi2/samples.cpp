@@ -15,7 +15,8 @@ namespace fs = std::filesystem;
 
 std::vector<Sample> load_samples(const std::string& path) {
   std::error_code ec;
-  MAGI2_CHECK(fs::is_regular_file(path, ec), "--samples file '", path, "' does not exist or is not a file");
+  const std::string why = file_problem(path);
+  MAGI2_CHECK(why.empty(), "--samples file '", path, "' ", why);
   const std::string text = read_text_file(path);
   check_json_depth(text, str_cat("--samples file '", path, "'"));
   nlohmann::json j;
