@@ -125,117 +125,123 @@ void check_keys(const json& obj, std::initializer_list<const char*> known, const
 }  // namespace
 
 Magi2Config Magi2Config::from_json_text(const std::string& text, const std::string& src) {
-  check_json_depth(text, str_cat("config '", src, "'"));
-  json j;
+  // Any JSON type mismatch below (a number where a string is due, ...)
+  // becomes one Error naming the source, like every other bad value.
   try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(str_cat("config '", src, "' is not valid JSON (", e.what(), ")"));
-  }
-  if (!j.is_object()) throw Error(str_cat("config '", src, "' is not a JSON object"));
-  if (!j.contains("arch_config")) throw Error(str_cat("config '", src, "' has no arch_config"));
-  Magi2Config c = release();
-  c.source = src;
-  if (const json* ep = section(j, "engine_config", "", src)) {
-    const json& e = *ep;
-    get(e, "seed", &c.engine.seed, "engine_config.", src);
-    get(e, "load", &c.engine.load, "engine_config.", src);
-    get(e, "cp_size", &c.engine.cp_size, "engine_config.", src);
-    get(e, "ep_size", &c.engine.ep_size, "engine_config.", src);
-  }
-  const json& a = j["arch_config"];
-  if (!a.is_object()) throw Error(str_cat("config '", src, "': arch_config is not an object"));
-  check_keys(a,
-             {"num_layers", "hidden_size", "head_dim", "num_query_groups", "video_in_channels",
-              "audio_in_channels", "text_in_channels", "params_dtype", "intermediate_factor", "mm_layers",
-              "activation_type", "attn_softcap", "attn_gating", "attn_sinks", "mhc_config", "moe_config",
-              "layer_activation_types", "num_heads_q", "num_heads_kv"},
-             "arch_config.", src);
-  DitArch& r = c.arch;
-  const std::string w = "arch_config.";
-  get(a, "num_layers", &r.num_layers, w, src);
-  get(a, "hidden_size", &r.hidden_size, w, src);
-  get(a, "head_dim", &r.head_dim, w, src);
-  get(a, "num_query_groups", &r.num_query_groups, w, src);
-  get(a, "video_in_channels", &r.video_in_channels, w, src);
-  get(a, "audio_in_channels", &r.audio_in_channels, w, src);
-  get(a, "text_in_channels", &r.text_in_channels, w, src);
-  get(a, "params_dtype", &r.params_dtype, w, src);
-  get(a, "intermediate_factor", &r.intermediate_factor, w, src);
-  get(a, "mm_layers", &r.mm_layers, w, src);
-  get(a, "activation_type", &r.activation_type, w, src);
-  get(a, "attn_softcap", &r.attn_softcap, w, src);
-  if (const json* g = section(a, "attn_gating", w, src)) {
-    check_keys(*g, {"enable"}, w + "attn_gating.", src);
-    get(*g, "enable", &r.attn_gating, w + "attn_gating.", src);
-  }
-  if (const json* sk = section(a, "attn_sinks", w, src)) {
-    check_keys(*sk, {"enable", "sink_token_num"}, w + "attn_sinks.", src);
-    get(*sk, "enable", &r.attn_sinks, w + "attn_sinks.", src);
-    get(*sk, "sink_token_num", &r.sink_token_num, w + "attn_sinks.", src);
-  }
-  if (const json* mp = section(a, "mhc_config", w, src)) {
-    const json& m = *mp;
-    check_keys(m, {"enable", "num_stream", "alpha_init"}, w + "mhc_config.", src);
-    get(m, "enable", &r.mhc_enable, w + "mhc_config.", src);
-    get(m, "num_stream", &r.mhc_num_stream, w + "mhc_config.", src);
-    get(m, "alpha_init", &r.mhc_alpha_init, w + "mhc_config.", src);
-  }
-  if (const json* mp = section(a, "moe_config", w, src)) {
-    const json& m = *mp;
-    const std::string mw = w + "moe_config.";
-    check_keys(m,
-               {"num_experts", "top_k", "score_func", "route_norm", "route_scale", "moe_layers",
-                "expert_intermediate_size", "shared_expert_intermediate_size",
-                "modality_specific_expert_intermediate_size", "num_heads", "split_merge_intermediate_size"},
-               mw, src);
-    get(m, "num_experts", &r.moe_num_experts, mw, src);
-    get(m, "top_k", &r.moe_top_k, mw, src);
-    get(m, "score_func", &r.moe_score_func, mw, src);
-    get(m, "route_norm", &r.moe_route_norm, mw, src);
-    get(m, "route_scale", &r.moe_route_scale, mw, src);
-    get(m, "moe_layers", &r.moe_layers, mw, src);
-    get(m, "expert_intermediate_size", &r.moe_expert_intermediate_size, mw, src);
-    get(m, "shared_expert_intermediate_size", &r.moe_shared_expert_intermediate_size, mw, src);
-    get(m, "modality_specific_expert_intermediate_size", &r.moe_modality_specific_expert_intermediate_size, mw,
-        src);
-    get(m, "num_heads", &r.moe_num_heads, mw, src);
-  }
-  r.validate(src);
-  if (const json* ep = section(j, "evaluation_config", "", src)) {
-    const json& e = *ep;
-    const std::string ew = "evaluation_config.";
-    EvaluationConfig& v = c.eval;
-    get(e, "fps", &v.fps, ew, src);
-    get(e, "shift", &v.shift, ew, src);
-    get(e, "vae_stride", &v.vae_stride, ew, src);
-    get(e, "patch_size", &v.patch_size, ew, src);
-    get(e, "z_dim", &v.z_dim, ew, src);
-    get(e, "txt_encoder_type", &v.txt_encoder_type, ew, src);
-    get(e, "video_txt_guidance_scale", &v.video_txt_guidance_scale, ew, src);
-    get(e, "audio_txt_guidance_scale", &v.audio_txt_guidance_scale, ew, src);
-    get(e, "use_cfg_trick", &v.use_cfg_trick, ew, src);
-    get(e, "use_dynamic_cfg", &v.use_dynamic_cfg, ew, src);
-    get(e, "use_negative_prompt", &v.use_negative_prompt, ew, src);
-    get(e, "use_ref_for_uncond", &v.use_ref_for_uncond, ew, src);
-    get(e, "use_skimmed_cfg_linear", &v.use_skimmed_cfg_linear, ew, src);
-    get(e, "cfg_rescale", &v.cfg_rescale, ew, src);
-    get(e, "num_inference_steps", &v.num_inference_steps, ew, src);
-    if (const json* dp = section(e, "data_proxy_config", ew, src)) {
-      const json& d = *dp;
-      const std::string dw = ew + "data_proxy_config.";
-      get(d, "t_patch_size", &v.data_proxy.t_patch_size, dw, src);
-      get(d, "patch_size", &v.data_proxy.patch_size, dw, src);
-      get(d, "spatial_rope_interpolation", &v.data_proxy.spatial_rope_interpolation, dw, src);
-      get(d, "add_time_token", &v.data_proxy.add_time_token, dw, src);
-      get(d, "time_channel_dim", &v.data_proxy.time_channel_dim, dw, src);
+    check_json_depth(text, str_cat("config '", src, "'"));
+    json j;
+    try {
+      j = json::parse(text);
+    } catch (const json::exception& e) {
+      throw Error(str_cat("config '", src, "' is not valid JSON (", e.what(), ")"));
     }
-    if (v.num_inference_steps < 1)
-      throw Error(str_cat("config '", src, "': evaluation_config.num_inference_steps must be >= 1"));
-    if (v.data_proxy.time_channel_dim != 64 && v.data_proxy.time_channel_dim != 0)
-      throw Error(str_cat("config '", src, "': evaluation_config.data_proxy_config.time_channel_dim must be 64"));
+    if (!j.is_object()) throw Error(str_cat("config '", src, "' is not a JSON object"));
+    if (!j.contains("arch_config")) throw Error(str_cat("config '", src, "' has no arch_config"));
+    Magi2Config c = release();
+    c.source = src;
+    if (const json* ep = section(j, "engine_config", "", src)) {
+      const json& e = *ep;
+      get(e, "seed", &c.engine.seed, "engine_config.", src);
+      get(e, "load", &c.engine.load, "engine_config.", src);
+      get(e, "cp_size", &c.engine.cp_size, "engine_config.", src);
+      get(e, "ep_size", &c.engine.ep_size, "engine_config.", src);
+    }
+    const json& a = j["arch_config"];
+    if (!a.is_object()) throw Error(str_cat("config '", src, "': arch_config is not an object"));
+    check_keys(a,
+               {"num_layers", "hidden_size", "head_dim", "num_query_groups", "video_in_channels",
+                "audio_in_channels", "text_in_channels", "params_dtype", "intermediate_factor", "mm_layers",
+                "activation_type", "attn_softcap", "attn_gating", "attn_sinks", "mhc_config", "moe_config",
+                "layer_activation_types", "num_heads_q", "num_heads_kv"},
+               "arch_config.", src);
+    DitArch& r = c.arch;
+    const std::string w = "arch_config.";
+    get(a, "num_layers", &r.num_layers, w, src);
+    get(a, "hidden_size", &r.hidden_size, w, src);
+    get(a, "head_dim", &r.head_dim, w, src);
+    get(a, "num_query_groups", &r.num_query_groups, w, src);
+    get(a, "video_in_channels", &r.video_in_channels, w, src);
+    get(a, "audio_in_channels", &r.audio_in_channels, w, src);
+    get(a, "text_in_channels", &r.text_in_channels, w, src);
+    get(a, "params_dtype", &r.params_dtype, w, src);
+    get(a, "intermediate_factor", &r.intermediate_factor, w, src);
+    get(a, "mm_layers", &r.mm_layers, w, src);
+    get(a, "activation_type", &r.activation_type, w, src);
+    get(a, "attn_softcap", &r.attn_softcap, w, src);
+    if (const json* g = section(a, "attn_gating", w, src)) {
+      check_keys(*g, {"enable"}, w + "attn_gating.", src);
+      get(*g, "enable", &r.attn_gating, w + "attn_gating.", src);
+    }
+    if (const json* sk = section(a, "attn_sinks", w, src)) {
+      check_keys(*sk, {"enable", "sink_token_num"}, w + "attn_sinks.", src);
+      get(*sk, "enable", &r.attn_sinks, w + "attn_sinks.", src);
+      get(*sk, "sink_token_num", &r.sink_token_num, w + "attn_sinks.", src);
+    }
+    if (const json* mp = section(a, "mhc_config", w, src)) {
+      const json& m = *mp;
+      check_keys(m, {"enable", "num_stream", "alpha_init"}, w + "mhc_config.", src);
+      get(m, "enable", &r.mhc_enable, w + "mhc_config.", src);
+      get(m, "num_stream", &r.mhc_num_stream, w + "mhc_config.", src);
+      get(m, "alpha_init", &r.mhc_alpha_init, w + "mhc_config.", src);
+    }
+    if (const json* mp = section(a, "moe_config", w, src)) {
+      const json& m = *mp;
+      const std::string mw = w + "moe_config.";
+      check_keys(m,
+                 {"num_experts", "top_k", "score_func", "route_norm", "route_scale", "moe_layers",
+                  "expert_intermediate_size", "shared_expert_intermediate_size",
+                  "modality_specific_expert_intermediate_size", "num_heads", "split_merge_intermediate_size"},
+                 mw, src);
+      get(m, "num_experts", &r.moe_num_experts, mw, src);
+      get(m, "top_k", &r.moe_top_k, mw, src);
+      get(m, "score_func", &r.moe_score_func, mw, src);
+      get(m, "route_norm", &r.moe_route_norm, mw, src);
+      get(m, "route_scale", &r.moe_route_scale, mw, src);
+      get(m, "moe_layers", &r.moe_layers, mw, src);
+      get(m, "expert_intermediate_size", &r.moe_expert_intermediate_size, mw, src);
+      get(m, "shared_expert_intermediate_size", &r.moe_shared_expert_intermediate_size, mw, src);
+      get(m, "modality_specific_expert_intermediate_size", &r.moe_modality_specific_expert_intermediate_size, mw,
+          src);
+      get(m, "num_heads", &r.moe_num_heads, mw, src);
+    }
+    r.validate(src);
+    if (const json* ep = section(j, "evaluation_config", "", src)) {
+      const json& e = *ep;
+      const std::string ew = "evaluation_config.";
+      EvaluationConfig& v = c.eval;
+      get(e, "fps", &v.fps, ew, src);
+      get(e, "shift", &v.shift, ew, src);
+      get(e, "vae_stride", &v.vae_stride, ew, src);
+      get(e, "patch_size", &v.patch_size, ew, src);
+      get(e, "z_dim", &v.z_dim, ew, src);
+      get(e, "txt_encoder_type", &v.txt_encoder_type, ew, src);
+      get(e, "video_txt_guidance_scale", &v.video_txt_guidance_scale, ew, src);
+      get(e, "audio_txt_guidance_scale", &v.audio_txt_guidance_scale, ew, src);
+      get(e, "use_cfg_trick", &v.use_cfg_trick, ew, src);
+      get(e, "use_dynamic_cfg", &v.use_dynamic_cfg, ew, src);
+      get(e, "use_negative_prompt", &v.use_negative_prompt, ew, src);
+      get(e, "use_ref_for_uncond", &v.use_ref_for_uncond, ew, src);
+      get(e, "use_skimmed_cfg_linear", &v.use_skimmed_cfg_linear, ew, src);
+      get(e, "cfg_rescale", &v.cfg_rescale, ew, src);
+      get(e, "num_inference_steps", &v.num_inference_steps, ew, src);
+      if (const json* dp = section(e, "data_proxy_config", ew, src)) {
+        const json& d = *dp;
+        const std::string dw = ew + "data_proxy_config.";
+        get(d, "t_patch_size", &v.data_proxy.t_patch_size, dw, src);
+        get(d, "patch_size", &v.data_proxy.patch_size, dw, src);
+        get(d, "spatial_rope_interpolation", &v.data_proxy.spatial_rope_interpolation, dw, src);
+        get(d, "add_time_token", &v.data_proxy.add_time_token, dw, src);
+        get(d, "time_channel_dim", &v.data_proxy.time_channel_dim, dw, src);
+      }
+      if (v.num_inference_steps < 1)
+        throw Error(str_cat("config '", src, "': evaluation_config.num_inference_steps must be >= 1"));
+      if (v.data_proxy.time_channel_dim != 64 && v.data_proxy.time_channel_dim != 0)
+        throw Error(str_cat("config '", src, "': evaluation_config.data_proxy_config.time_channel_dim must be 64"));
+    }
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat("config '", src, "': ", e.what()));
   }
-  return c;
 }
 
 Magi2Config Magi2Config::from_file(const std::string& path) {

@@ -82,46 +82,52 @@ struct Reader {
 }  // namespace
 
 SaoVaeConfig SaoVaeConfig::from_json_text(const std::string& text, const std::string& src) {
-  check_json_depth(text, str_cat("config '", src, "'"));
-  json j;
+  // Any JSON type mismatch below (a number where a string is due, ...)
+  // becomes one Error naming the source, like every other bad value.
   try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(str_cat("config '", src, "' is not valid JSON (", e.what(), ")"));
-  }
-  const Reader r{src};
-  if (!j.is_object()) throw Error(str_cat("config '", src, "' is not a JSON object"));
-  SaoVaeConfig c;
-  c.source = src;
-  r.integer(j, "sample_rate", &c.sample_rate, "", true);
-  const json& model = r.object(j, "model", "");
-  const json& pre = r.object(model, "pretransform", "model.");
-  r.type_is(pre, "autoencoder", "model.pretransform.");
-  const json& ae = r.object(pre, "config", "model.pretransform.");
-  const std::string w = "model.pretransform.config.";
-  r.integer(ae, "latent_dim", &c.latent_dim, w, true);
-  r.integer(ae, "downsampling_ratio", &c.downsampling_ratio, w, true);
-  r.integer(ae, "io_channels", &c.io_channels, w, true);
-  c.encoder = r.codec(ae, "encoder", w);
-  c.decoder = r.codec(ae, "decoder", w);
-  if (ae.contains("bottleneck") && !ae.at("bottleneck").is_null())
-    r.type_is(ae.at("bottleneck"), "vae", w + "bottleneck.");
+    check_json_depth(text, str_cat("config '", src, "'"));
+    json j;
+    try {
+      j = json::parse(text);
+    } catch (const json::exception& e) {
+      throw Error(str_cat("config '", src, "' is not valid JSON (", e.what(), ")"));
+    }
+    const Reader r{src};
+    if (!j.is_object()) throw Error(str_cat("config '", src, "' is not a JSON object"));
+    SaoVaeConfig c;
+    c.source = src;
+    r.integer(j, "sample_rate", &c.sample_rate, "", true);
+    const json& model = r.object(j, "model", "");
+    const json& pre = r.object(model, "pretransform", "model.");
+    r.type_is(pre, "autoencoder", "model.pretransform.");
+    const json& ae = r.object(pre, "config", "model.pretransform.");
+    const std::string w = "model.pretransform.config.";
+    r.integer(ae, "latent_dim", &c.latent_dim, w, true);
+    r.integer(ae, "downsampling_ratio", &c.downsampling_ratio, w, true);
+    r.integer(ae, "io_channels", &c.io_channels, w, true);
+    c.encoder = r.codec(ae, "encoder", w);
+    c.decoder = r.codec(ae, "decoder", w);
+    if (ae.contains("bottleneck") && !ae.at("bottleneck").is_null())
+      r.type_is(ae.at("bottleneck"), "vae", w + "bottleneck.");
 
-  const OobleckCodecConfig& d = c.decoder;
-  const std::string wd = w + "decoder.config.";
-  if (!d.use_snake) throw r.bad(wd + "use_snake", "only SnakeBeta decoders are supported (Stable Audio Open: true)");
-  if (d.final_tanh) throw r.bad(wd + "final_tanh", "a final tanh is not supported (Stable Audio Open: false)");
-  if (d.use_nearest_upsample)
-    throw r.bad(wd + "use_nearest_upsample", "nearest upsampling is not supported (Stable Audio Open: false)");
-  if (d.soft_clip) throw r.bad(w + "decoder.soft_clip", "soft clipping is not supported (Stable Audio Open: false)");
-  if (d.latent_dim != c.latent_dim)
-    throw r.bad(wd + "latent_dim", str_cat(d.latent_dim, " differs from ", w, "latent_dim ", c.latent_dim));
-  int64_t ratio = 1;
-  for (size_t i = 0; i < d.c_mults.size(); ++i) ratio *= d.strides[i];
-  if (ratio != c.downsampling_ratio)
-    throw r.bad(wd + "strides", str_cat("their product ", ratio, " differs from downsampling_ratio ",
-                                        c.downsampling_ratio));
-  return c;
+    const OobleckCodecConfig& d = c.decoder;
+    const std::string wd = w + "decoder.config.";
+    if (!d.use_snake) throw r.bad(wd + "use_snake", "only SnakeBeta decoders are supported (Stable Audio Open: true)");
+    if (d.final_tanh) throw r.bad(wd + "final_tanh", "a final tanh is not supported (Stable Audio Open: false)");
+    if (d.use_nearest_upsample)
+      throw r.bad(wd + "use_nearest_upsample", "nearest upsampling is not supported (Stable Audio Open: false)");
+    if (d.soft_clip) throw r.bad(w + "decoder.soft_clip", "soft clipping is not supported (Stable Audio Open: false)");
+    if (d.latent_dim != c.latent_dim)
+      throw r.bad(wd + "latent_dim", str_cat(d.latent_dim, " differs from ", w, "latent_dim ", c.latent_dim));
+    int64_t ratio = 1;
+    for (size_t i = 0; i < d.c_mults.size(); ++i) ratio *= d.strides[i];
+    if (ratio != c.downsampling_ratio)
+      throw r.bad(wd + "strides", str_cat("their product ", ratio, " differs from downsampling_ratio ",
+                                          c.downsampling_ratio));
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat("config '", src, "': ", e.what()));
+  }
 }
 
 SaoVaeConfig SaoVaeConfig::load(const std::string& sao_dir) {

@@ -87,17 +87,21 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string& dir, bool ma
   const std::string tok = read_text_file(tj);
   std::string cfg;
   if (std::filesystem::exists(cj)) cfg = read_text_file(cj);
-  auto t = std::shared_ptr<Tokenizer>(new Tokenizer());
-  t->parse(tok, cfg, magi_cjk_split, tj);
-  return t;
+  return from_json_text(tok, cfg, magi_cjk_split, tj);
 }
 
 std::shared_ptr<const Tokenizer> Tokenizer::from_json_text(std::string_view tokenizer_json,
                                                            std::string_view config_json, bool magi_cjk_split,
                                                            const std::string& what) {
-  auto t = std::shared_ptr<Tokenizer>(new Tokenizer());
-  t->parse(tokenizer_json, config_json, magi_cjk_split, what);
-  return t;
+  // Any JSON type mismatch below (a number where a string is due, ...)
+  // becomes one Error naming the source, like every other bad value.
+  try {
+    auto t = std::shared_ptr<Tokenizer>(new Tokenizer());
+    t->parse(tokenizer_json, config_json, magi_cjk_split, what);
+    return t;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat(what, ": ", e.what()));
+  }
 }
 
 void Tokenizer::parse(std::string_view tokenizer_json, std::string_view config_json, bool magi_cjk_split,

@@ -35,34 +35,40 @@ void get(const json& j, const char* key, T* out, const std::string& src) {
 }  // namespace
 
 TurboVaeConfig TurboVaeConfig::from_json_text(const std::string& text, const std::string& src) {
-  check_json_depth(text, str_cat("TurboVAE config '", src, "'"));
-  json j;
+  // Any JSON type mismatch below (a number where a string is due, ...)
+  // becomes one Error naming the source, like every other bad value.
   try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(str_cat("TurboVAE config '", src, "' is not valid JSON (", e.what(), ")"));
+    check_json_depth(text, str_cat("TurboVAE config '", src, "'"));
+    json j;
+    try {
+      j = json::parse(text);
+    } catch (const json::exception& e) {
+      throw Error(str_cat("TurboVAE config '", src, "' is not valid JSON (", e.what(), ")"));
+    }
+    MAGI2_CHECK(j.is_object(), "TurboVAE config '", src, "' is not a JSON object");
+    TurboVaeConfig c;
+    get(j, "latent_channels", &c.latent_channels, src);
+    get(j, "out_channels", &c.out_channels, src);
+    get(j, "decoder_block_out_channels", &c.decoder_block_out_channels, src);
+    get(j, "decoder_layers_per_block", &c.decoder_layers_per_block, src);
+    get(j, "decoder_spatio_temporal_scaling", &c.decoder_spatio_temporal_scaling, src);
+    get(j, "decoder_spatio_only", &c.decoder_spatio_only, src);
+    get(j, "decoder_is_dw_conv", &c.decoder_is_dw_conv, src);
+    get(j, "decoder_dw_kernel_size", &c.decoder_dw_kernel_size, src);
+    get(j, "decoder_causal", &c.decoder_causal, src);
+    get(j, "patch_size", &c.patch_size, src);
+    get(j, "patch_size_t", &c.patch_size_t, src);
+    get(j, "resnet_norm_eps", &c.resnet_norm_eps, src);
+    get(j, "first_chunk_size", &c.first_chunk_size, src);
+    get(j, "step_size", &c.step_size, src);
+    get(j, "spatial_compression_ratio", &c.spatial_compression_ratio, src);
+    get(j, "temporal_compression_ratio", &c.temporal_compression_ratio, src);
+    get(j, "use_unpatchify", &c.use_unpatchify, src);
+    c.validate(src);
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat("TurboVAE config '", src, "': ", e.what()));
   }
-  MAGI2_CHECK(j.is_object(), "TurboVAE config '", src, "' is not a JSON object");
-  TurboVaeConfig c;
-  get(j, "latent_channels", &c.latent_channels, src);
-  get(j, "out_channels", &c.out_channels, src);
-  get(j, "decoder_block_out_channels", &c.decoder_block_out_channels, src);
-  get(j, "decoder_layers_per_block", &c.decoder_layers_per_block, src);
-  get(j, "decoder_spatio_temporal_scaling", &c.decoder_spatio_temporal_scaling, src);
-  get(j, "decoder_spatio_only", &c.decoder_spatio_only, src);
-  get(j, "decoder_is_dw_conv", &c.decoder_is_dw_conv, src);
-  get(j, "decoder_dw_kernel_size", &c.decoder_dw_kernel_size, src);
-  get(j, "decoder_causal", &c.decoder_causal, src);
-  get(j, "patch_size", &c.patch_size, src);
-  get(j, "patch_size_t", &c.patch_size_t, src);
-  get(j, "resnet_norm_eps", &c.resnet_norm_eps, src);
-  get(j, "first_chunk_size", &c.first_chunk_size, src);
-  get(j, "step_size", &c.step_size, src);
-  get(j, "spatial_compression_ratio", &c.spatial_compression_ratio, src);
-  get(j, "temporal_compression_ratio", &c.temporal_compression_ratio, src);
-  get(j, "use_unpatchify", &c.use_unpatchify, src);
-  c.validate(src);
-  return c;
 }
 
 TurboVaeConfig TurboVaeConfig::from_json_file(const std::string& path) {
