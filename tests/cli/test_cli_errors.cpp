@@ -34,7 +34,7 @@ TEST(CliErrors, StepsBelowOne) {
 TEST(CliErrors, NumbersOutsideTheirDocumentedRange) {
   const std::string out = " --save-latents /tmp/magi2_range_x.safetensors";
   expect_one_line_error(magi2(gen("--num-inference-steps 100000" + out)), "--num-inference-steps");
-  expect_one_line_error(magi2(gen("--threads 100000" + out)), "--threads must be in [0, 1024]");
+  expect_one_line_error(magi2(gen("--threads 100000" + out)), "--threads");
   expect_one_line_error(magi2(gen("--threads -3" + out)), "--threads");
   expect_one_line_error(magi2("generate --seconds 100000 --prompt x" + out), "--seconds must be in (0, 60]");
   expect_one_line_error(magi2("generate --seconds nan --prompt x" + out), "--seconds");

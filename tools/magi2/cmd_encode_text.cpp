@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "engine/model_files.h"
+#include "engine/params.h"
 #include "engine/text_conditioning.h"
 #include "engine/tiny_model.h"
 
@@ -46,7 +47,6 @@ int run_encode_text(const EncodeTextArgs& a) {
   MAGI2_CHECK(has_prompt != !a.prompt_file.empty(), "give exactly one of --prompt and --prompt-file");
   MAGI2_CHECK(!a.output.empty(), "no output: give -o FILE.safetensors");
   MAGI2_CHECK(a.output.ends_with(".safetensors"), "-o ", a.output, ": the output is a .safetensors file");
-  MAGI2_CHECK(a.threads >= 0, "--threads must be >= 0, got ", a.threads);
   check_output_path(a.output, "-o");
   const std::string prompt = has_prompt ? a.prompt : read_prompt_file(a.prompt_file);
   const std::string what = a.prompt_file.empty() ? "--prompt" : str_cat("--prompt-file ", a.prompt_file);
@@ -108,7 +108,8 @@ Command encode_text_command() {
                   "output .safetensors: raw_txt_feat [1,L,D] bf16, txt_input_ids [L]; with --negative "
                   "raw_null_txt_feat, null_txt_input_ids; with --i2v special_token [1,D]")
         ->envname("MAGI2_OUTPUT");
-    s->add_option("--threads", a.threads, "CPU threads (0: all)")->envname("MAGI2_THREADS");
+    s->add_option("--threads", a.threads, "CPU threads, 0..1024 (0: all)")
+        ->check(CLI::Range(0, Limits::kMaxThreads))->envname("MAGI2_THREADS");
     return s;
   };
   c.run = [args]() { return run_encode_text(*args); };

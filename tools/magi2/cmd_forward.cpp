@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "engine/model_files.h"
+#include "engine/params.h"
 #include "models/magi2_dit/dit.h"
 
 namespace magi2::cli {
@@ -28,7 +29,6 @@ Tensor input(const SafetensorsFile& f, const std::string& name) {
 }
 
 int run_forward(const ForwardArgs& a) {
-  MAGI2_CHECK(a.threads >= 0, "--threads must be >= 0, got ", a.threads);
   check_output_path(a.output, "-o");
   LoadedDit dit = load_dit(resolve_model(a.transformer, cache_env()), "", a.config);
   auto f = SafetensorsFile::open(a.inputs);
@@ -85,7 +85,8 @@ Command forward_command() {
     s->add_option("-o,--output", args->output, "output safetensors, receives {P}out [N,64] f32")
         ->required()
         ->envname("MAGI2_OUTPUT");
-    s->add_option("--threads", args->threads, "CPU threads (0: all)")->envname("MAGI2_THREADS");
+    s->add_option("--threads", args->threads, "CPU threads, 0..1024 (0: all)")
+        ->check(CLI::Range(0, Limits::kMaxThreads))->envname("MAGI2_THREADS");
     return s;
   };
   c.run = [args]() { return run_forward(*args); };

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/model_files.h"
+#include "engine/params.h"
 #include "engine/text_conditioning.h"
 #include "io/mmap_file.h"
 #include "pe_options.h"
@@ -260,7 +261,8 @@ Command generate_command() {
         ->envname("MAGI2_ROUTING_OVERRIDE");
     s->add_option("--metrics", a.metrics, "write a metrics JSON (per-step ms, phases, peak memory)")
         ->envname("MAGI2_METRICS");
-    s->add_option("--threads", a.threads, "CPU threads (0: all)")->envname("MAGI2_THREADS");
+    s->add_option("--threads", a.threads, "CPU threads, 0..1024 (0: all)")
+        ->check(CLI::Range(0, Limits::kMaxThreads))->envname("MAGI2_THREADS");
     s->add_flag("--enhance-prompt", a.enhance_prompt,
                 "rewrite the prompt into the structured caption through an OpenAI-compatible endpoint (--pe-*)")
         ->envname("MAGI2_ENHANCE_PROMPT");
