@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_depth.h"
 
 namespace magi2::pe {
 
@@ -64,6 +65,7 @@ std::string shorten(std::string s, size_t max = 200) {
 // The endpoint's own explanation: OpenAI's {"error": {"message": ...}},
 // {"error": "..."}, {"message": ...} or {"detail": ...}; else the raw body.
 std::string error_message(const std::string& body) {
+  if (json_nesting_depth(body) > kMaxJsonDepth) return body;  // not an error object of any endpoint
   const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
   if (j.is_object()) {
     for (const char* key : {"error", "message", "detail"}) {

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "models/qwen35/tok_unicode.h"
 #include "prompt_enhance/caption_markdown.h"
+#include "io/json_depth.h"
 
 namespace magi2::pe {
 
@@ -76,6 +77,8 @@ std::string chat_request_body(const EnhanceRequest& req, Task task) {
 
 PyJson caption_from_response(std::string_view body, Task task, std::string_view endpoint) {
   auto bad = [&](const std::string& cause) { return Error(str_cat(endpoint, ": ", cause)); };
+  if (json_nesting_depth(body) > kMaxJsonDepth)
+    throw bad(str_cat("the answer nests JSON deeper than ", kMaxJsonDepth, " levels"));
   const nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw bad(str_cat("the answer is not a JSON object: '", head(body), "'"));
   const auto& choices = j.value("choices", nlohmann::json());

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/image.h"
+#include "io/json_depth.h"
 #include "io/mmap_file.h"
 
 namespace magi2::server {
@@ -96,6 +97,8 @@ nlohmann::json error_json(const HttpError& e) {
 }
 
 std::map<std::string, Field> fields_from_json(const std::string& body) {
+  if (json_nesting_depth(body) > kMaxJsonDepth)
+    bad("", str_cat("request body nests JSON deeper than ", kMaxJsonDepth, " levels"));
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body);
