@@ -310,7 +310,7 @@ TEST(TokenizerErrors, MalformedTokenizerJson) {
   expect_error(k.dump(), "content");
 
   const std::string missing = test::temp_dir("tok_missing");
-  EXPECT_TRUE(test::throws_with([&] { Tokenizer::load(missing); }, {"cannot open tokenizer file", missing}));
+  EXPECT_TRUE(test::throws_with([&] { Tokenizer::load(missing); }, {"cannot open", missing, "tokenizer.json", "does not exist"}));
 }
 
 TEST(TokenizerJson, TemplatePostProcessorAndTruncationBudget) {
