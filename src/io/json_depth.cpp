@@ -31,4 +31,13 @@ void check_json_depth(std::string_view text, const std::string& what) {
               " levels");
 }
 
+nlohmann::json parse_json_text(std::string_view text, const std::string& what) {
+  check_json_depth(text, what);
+  try {
+    return nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat(what, " is not valid JSON (", e.what(), ")"));
+  }
+}
+
 }  // namespace magi2

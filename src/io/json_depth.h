@@ -6,6 +6,8 @@
 // keeps every later walk bounded.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <string_view>
 
@@ -25,5 +27,9 @@ int json_nesting_depth(std::string_view text, int limit = kMaxJsonDepth);
 /// Throws magi2::Error "WHAT: JSON nested deeper than 128 levels" when the
 /// text nests deeper than kMaxJsonDepth. Call before parsing.
 void check_json_depth(std::string_view text, const std::string& what);
+
+/// check_json_depth, then parses: the value, or Error "WHAT is not valid JSON
+/// (<the parser's message with its byte position>)".
+nlohmann::json parse_json_text(std::string_view text, const std::string& what);
 
 }  // namespace magi2

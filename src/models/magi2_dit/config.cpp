@@ -128,13 +128,7 @@ Magi2Config Magi2Config::from_json_text(const std::string& text, const std::stri
   // Any JSON type mismatch below (a number where a string is due, ...)
   // becomes one Error naming the source, like every other bad value.
   try {
-    check_json_depth(text, str_cat("config '", src, "'"));
-    json j;
-    try {
-      j = json::parse(text);
-    } catch (const json::exception& e) {
-      throw Error(str_cat("config '", src, "' is not valid JSON (", e.what(), ")"));
-    }
+    const json j = parse_json_text(text, str_cat("config '", src, "'"));
     if (!j.is_object()) throw Error(str_cat("config '", src, "' is not a JSON object"));
     if (!j.contains("arch_config")) throw Error(str_cat("config '", src, "' has no arch_config"));
     Magi2Config c = release();

@@ -85,13 +85,7 @@ SaoVaeConfig SaoVaeConfig::from_json_text(const std::string& text, const std::st
   // Any JSON type mismatch below (a number where a string is due, ...)
   // becomes one Error naming the source, like every other bad value.
   try {
-    check_json_depth(text, str_cat("config '", src, "'"));
-    json j;
-    try {
-      j = json::parse(text);
-    } catch (const json::exception& e) {
-      throw Error(str_cat("config '", src, "' is not valid JSON (", e.what(), ")"));
-    }
+    const json j = parse_json_text(text, str_cat("config '", src, "'"));
     const Reader r{src};
     if (!j.is_object()) throw Error(str_cat("config '", src, "' is not a JSON object"));
     SaoVaeConfig c;

@@ -38,13 +38,7 @@ TurboVaeConfig TurboVaeConfig::from_json_text(const std::string& text, const std
   // Any JSON type mismatch below (a number where a string is due, ...)
   // becomes one Error naming the source, like every other bad value.
   try {
-    check_json_depth(text, str_cat("TurboVAE config '", src, "'"));
-    json j;
-    try {
-      j = json::parse(text);
-    } catch (const json::exception& e) {
-      throw Error(str_cat("TurboVAE config '", src, "' is not valid JSON (", e.what(), ")"));
-    }
+    const json j = parse_json_text(text, str_cat("TurboVAE config '", src, "'"));
     MAGI2_CHECK(j.is_object(), "TurboVAE config '", src, "' is not a JSON object");
     TurboVaeConfig c;
     get(j, "latent_channels", &c.latent_channels, src);
