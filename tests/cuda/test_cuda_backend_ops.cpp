@@ -124,7 +124,7 @@ std::vector<Tensor> outputs_on_host(Backend& be, const OpCase& c) {
 
 TEST_F(CudaBackendOpsTest, EveryOpMatchesTheCpuWithinItsTolerance) {
   const std::vector<OpEntry> table = test::backend_op_table();
-  std::printf("%-13s %-56s %-62s %s\n", "op", "shape", "metric", "result");
+  std::printf("%-16s %-56s %-62s %s\n", "op", "shape", "metric", "result");
   int failed = 0;
   for (size_t i = 0; i < table.size(); ++i) {
     const OpEntry& e = table[i];
@@ -137,7 +137,7 @@ TEST_F(CudaBackendOpsTest, EveryOpMatchesTheCpuWithinItsTolerance) {
     const std::vector<Tensor> got = outputs_on_host(*gpu_, g);
     ASSERT_EQ(got.size(), want.size()) << e.op;
     const Verdict v = judge(e.tol, got, want);
-    std::printf("%-13s %-56s %-62s %s\n", e.op.c_str(), e.shape.c_str(), v.metric.c_str(), v.pass ? "PASS" : "FAIL");
+    std::printf("%-16s %-56s %-62s %s\n", e.op.c_str(), e.shape.c_str(), v.metric.c_str(), v.pass ? "PASS" : "FAIL");
     std::fflush(stdout);
     EXPECT_TRUE(v.pass) << e.op << " [" << e.shape << "]: " << v.metric;
     failed += !v.pass;
@@ -190,7 +190,7 @@ TEST_F(CudaBackendOpsTest, PerfOfEveryOpAgainstMeasuredCeilings) {
   }
   std::printf("ceilings: device-to-device copy %.0f GB/s, bf16 linear 8192^3 %.1f TFLOP/s\n", gbs_ceiling,
               tflops_ceiling);
-  std::printf("%-13s %-56s %10s %14s %9s\n", "op", "shape", "ms", "rate", "ceiling");
+  std::printf("%-16s %-56s %10s %14s %9s\n", "op", "shape", "ms", "rate", "ceiling");
   const std::vector<OpEntry> table = test::backend_op_table();
   for (size_t i = 0; i < table.size(); ++i) {
     const OpEntry& e = table[i];
@@ -207,7 +207,7 @@ TEST_F(CudaBackendOpsTest, PerfOfEveryOpAgainstMeasuredCeilings) {
       std::snprintf(rate, sizeof rate, "%.0f GB/s", gbs);
       frac = gbs / gbs_ceiling;
     }
-    std::printf("%-13s %-56s %10.4f %14s %8.1f%%\n", e.op.c_str(), e.shape.c_str(), ms, rate, 100 * frac);
+    std::printf("%-16s %-56s %10.4f %14s %8.1f%%\n", e.op.c_str(), e.shape.c_str(), ms, rate, 100 * frac);
     std::fflush(stdout);
   }
 }
