@@ -52,6 +52,13 @@ uint64_t integer_field(const std::string& name, const Field& f, uint64_t lo, uin
   return v;
 }
 
+// A boolean: JSON true/false, or the text "true"/"false" (multipart parts are text).
+bool bool_field(const std::string& name, const Field& f) {
+  if (!f.is_file && f.value.is_boolean()) return f.value.get<bool>();
+  if (!f.is_file && f.value.is_string() && (f.value == "true" || f.value == "false")) return f.value == "true";
+  bad(name, str_cat("'", name, "' must be true or false"));
+}
+
 // "WxH" with both sides multiples of 16 (the latent grid) within the limit.
 void parse_size(const std::string& t, int64_t max_side, int64_t* w, int64_t* h) {
   const auto x = t.find('x');
@@ -115,7 +122,8 @@ JobRequest parse_video_request(const std::map<std::string, Field>& fields, const
                                const std::string& upload_path) {
   static const std::set<std::string> known = {
       "prompt", "model", "seconds", "size", "resolution", "seed", "negative_prompt", "num_inference_steps",
-      "guidance_scale", "video_guidance_scale", "audio_guidance_scale", "preview_every", "input_reference"};
+      "guidance_scale", "video_guidance_scale", "audio_guidance_scale", "preview_every", "input_reference",
+      "enhance_prompt"};
   for (const auto& [k, f] : fields)
     if (!known.count(k)) bad(k, str_cat("unknown field '", k, "'"));
   auto get = [&](const char* k) -> const Field* {
@@ -159,6 +167,11 @@ JobRequest parse_video_request(const std::map<std::string, Field>& fields, const
   if (const Field* f = get("audio_guidance_scale")) p.audio_guidance_scale = number_field("audio_guidance_scale", *f, 0, 100);
   if (const Field* f = get("preview_every"))
     r.preview_every = static_cast<int>(integer_field("preview_every", *f, 0, limits.max_steps));
+  if (const Field* f = get("enhance_prompt")) {
+    p.enhance_prompt = bool_field("enhance_prompt", *f);
+    if (p.enhance_prompt && !limits.prompt_enhancement)
+      bad("enhance_prompt", "'enhance_prompt' needs a prompt-enhancement endpoint: start the server with --pe-base-url");
+  }
   if (const Field* f = get("input_reference")) {
     const std::string bytes = reference_bytes(*f);
     if (bytes.empty()) bad("input_reference", "'input_reference' is empty");

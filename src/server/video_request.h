@@ -37,13 +37,16 @@ struct RequestLimits {
   double max_seconds = 10.0;   ///< longest clip
   int64_t max_side = 1024;     ///< largest width or height in pixels
   int max_steps = 200;         ///< most denoising steps
+  /// Whether `enhance_prompt: true` is accepted: the server was started with a
+  /// prompt-enhancement endpoint (EngineOptions::prompt_enhancement).
+  bool prompt_enhancement = false;
 };
 
 /// Parses the fields of one POST /v1/videos. Known fields: prompt (required),
 /// model, seconds, size ("WxH") or resolution (272p|540p), seed,
 /// negative_prompt, num_inference_steps, guidance_scale,
-/// video_guidance_scale, audio_guidance_scale, preview_every,
-/// input_reference (an image: file part, or a data: URL string or
+/// video_guidance_scale, audio_guidance_scale, preview_every, enhance_prompt
+/// (boolean; 400 when limits.prompt_enhancement is off), input_reference (an image: file part, or a data: URL string or
 /// {"image_url": data URL}). A reference image is decoded to check it and
 /// written to `upload_path` (request.upload set). Throws HttpError 400 naming
 /// the field for a missing, malformed, out-of-range or unknown field.

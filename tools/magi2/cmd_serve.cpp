@@ -6,6 +6,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -13,6 +14,7 @@
 
 #include "cache_env.h"
 #include "commands.h"
+#include "pe_options.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/server.h"
@@ -27,6 +29,7 @@ struct ServeArgs {
   std::string output_dir = "magi2-outputs";
   size_t max_body_mb = 32;
   bool cancel_on_stop = false;
+  PeArgs pe;
 };
 
 int run_serve(ServeArgs& a) {
@@ -38,6 +41,12 @@ int run_serve(ServeArgs& a) {
   MAGI2_CHECK(a.server.http_threads >= 2, "--http-threads must be >= 2, got ", a.server.http_threads);
   MAGI2_CHECK(a.max_body_mb >= 1, "--max-body-mb must be >= 1");
   MAGI2_CHECK(a.server.limits.max_seconds > 0, "--max-seconds must be > 0");
+  // An endpoint (flag or $OPENAI_BASE_URL) lets requests ask for enhance_prompt: true.
+  if (!a.pe.base_url.empty() || std::getenv("OPENAI_BASE_URL")) {
+    a.engine.prompt_enhancement = pe_endpoint(a.pe);
+    a.engine.prompt_enhancement_request = pe_request(a.pe, "", "");
+    a.server.limits.prompt_enhancement = true;
+  }
   // Signals go to one waiting thread, never to a handler interrupting the engine.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -124,6 +133,7 @@ Command serve_command() {
         ->capture_default_str();
     s->add_flag("--cancel-on-stop", a.cancel_on_stop, "on SIGTERM cancel the running job instead of finishing it")
         ->envname("MAGI2_CANCEL_ON_STOP");
+    add_pe_options(s, a.pe);
     return s;
   };
   c.run = [args]() { return run_serve(*args); };
