@@ -72,6 +72,13 @@ class CpuBackend final : public Backend {
   void causal_attention(const CausalAttentionParams& p) override { cpu::causal_attention(p); }
   void sigmoid_mul(const SigmoidMulParams& p) override { cpu::sigmoid_mul(p); }
   void silu_mul(const SiluMulParams& p) override { cpu::silu_mul(p); }
+  // Sampler
+  void copy_elems(const CopyElemsParams& p) override { cpu::copy_elems(p); }
+  void fill_rows(const FillRowsParams& p) override { cpu::fill_rows(p); }
+  void cfg_combine(const CfgCombineParams& p) override { cpu::cfg_combine(p); }
+  void flow_unipc_step(const FlowUniPCStepParams& p) override { cpu::flow_unipc_step(p); }
+  void advance_step(const AdvanceStepParams& p) override { cpu::advance_step(p); }
+  void nonfinite_check(const NonfiniteCheckParams& p) override { cpu::nonfinite_check(p); }
 };
 
 }  // namespace

@@ -57,5 +57,11 @@ void sigmoid_mul(const SigmoidMulParams& p);             // gated.cpp
 void silu_mul(const SiluMulParams& p);                   // gated.cpp
 void rotary(const RotaryParams& p);                      // rotary.cpp
 void causal_attention(const CausalAttentionParams& p);   // causal_attention.cpp
+void copy_elems(const CopyElemsParams& p);               // sampler.cpp
+void fill_rows(const FillRowsParams& p);                 // sampler.cpp
+void cfg_combine(const CfgCombineParams& p);             // sampler.cpp
+void flow_unipc_step(const FlowUniPCStepParams& p);      // sampler.cpp
+void advance_step(const AdvanceStepParams& p);           // sampler.cpp
+void nonfinite_check(const NonfiniteCheckParams& p);     // sampler.cpp
 
 }  // namespace magi2::cpu

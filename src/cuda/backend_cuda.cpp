@@ -8,6 +8,8 @@
 #include "cuda/cuda_common.h"
 #include "cuda/linear.h"
 #include "cuda/mhc_moe.h"
+#include "cuda/sampler_ops.h"
+#include "cuda/upload.h"
 #include "ops/op_checks.h"
 
 namespace magi2 {
@@ -59,6 +61,10 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
   Tensor alloc(const Shape& shape, DType dtype) override {
+    // A buffer taken while a step is being captured would be recorded into the
+    // graph and could be handed to someone else after its views are dropped.
+    MAGI2_CHECK(!capturing(), "CUDA backend: alloc of ", shape_str(shape),
+                " while capturing a step (plan every buffer before capture)");
     int64_t n = 1;
     for (int64_t d : shape) {
       MAGI2_CHECK(d >= 0, "CUDA backend: alloc: negative dimension in ", shape_str(shape));
@@ -95,6 +101,54 @@ class CudaBackend final : public Backend {
     if (p.dst.device() == Device::CPU) MAGI2_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
+  void copy_many(const std::vector<CopyParams>& ps) override {
+    std::vector<CopyParams> rest;
+    std::vector<HostUpload> ups;
+    for (const CopyParams& p : ps) {
+      if (p.src.device() == Device::CPU && p.dst.device() == Device::CUDA && p.src.is_contiguous() &&
+          p.dst.is_contiguous() && p.src.nbytes() == p.dst.nbytes() && p.src.dtype() == p.dst.dtype())
+        ups.push_back({p.src.data(), p.dst.data(), p.src.nbytes()});
+      else
+        rest.push_back(p);
+    }
+    MAGI2_CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier work may still read the destinations
+    upload_parallel(ups, device_);
+    for (const CopyParams& p : rest) copy(p);
+  }
+
+  void synchronize() override { MAGI2_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  void mark(const char* region) override {
+    if (!profiling_) return;
+    cudaEvent_t e = nullptr;
+    MAGI2_CUDA_CHECK(cudaEventCreate(&e));
+    MAGI2_CUDA_CHECK(cudaEventRecord(e, stream_));
+    marks_.emplace_back(region, e);
+  }
+  void profile_begin() {
+    MAGI2_CHECK(!capturing(), "CUDA backend: profiling while capturing a step");
+    profile_end();
+    profiling_ = true;
+    mark("(unmarked)");
+  }
+  std::map<std::string, double> profile_end() {
+    std::map<std::string, double> ms;
+    if (!profiling_) return ms;
+    mark("(end)");
+    profiling_ = false;
+    MAGI2_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (size_t i = 0; i + 1 < marks_.size(); ++i) {
+      float t = 0;
+      MAGI2_CUDA_CHECK(cudaEventElapsedTime(&t, marks_[i].second, marks_[i + 1].second));
+      ms[marks_[i].first] += t;
+    }
+    for (auto& m : marks_) cudaEventDestroy(m.second);
+    marks_.clear();
+    return ms;
+  }
+
+  std::unique_ptr<StepGraph> capture(std::function<void()> body) override;
+
   void rms_norm(const RmsNormParams& p) override { cuda::rms_norm(p, stream_); }
   void linear(const LinearParams& p) override { linear_->run(p, stream_); }
   void swiglu7(const SwiGLU7Params& p) override { cuda::swiglu7(p, stream_); }
@@ -129,6 +183,14 @@ class CudaBackend final : public Backend {
   MAGI2_CUDA_TODO(sigmoid_mul, SigmoidMulParams)
   MAGI2_CUDA_TODO(silu_mul, SiluMulParams)
 
+  // Sampler (sampler_ops.h)
+  void copy_elems(const CopyElemsParams& p) override { cuda::copy_elems(p, stream_); }
+  void fill_rows(const FillRowsParams& p) override { cuda::fill_rows(p, stream_); }
+  void cfg_combine(const CfgCombineParams& p) override { cuda::cfg_combine(p, stream_); }
+  void flow_unipc_step(const FlowUniPCStepParams& p) override { cuda::flow_unipc_step(p, stream_); }
+  void advance_step(const AdvanceStepParams& p) override { cuda::advance_step(p, stream_); }
+  void nonfinite_check(const NonfiniteCheckParams& p) override { cuda::nonfinite_check(p, stream_); }
+
   // Attention path (attn_ops.h): row gathers, RoPE, attention with sinks.
   void gather_rows(const GatherRowsParams& p) override { cuda::gather_rows(p, stream_); }
   void copy_cols(const CopyColsParams& p) override { cuda::copy_cols(p, stream_); }
@@ -139,13 +201,62 @@ class CudaBackend final : public Backend {
   void attn_out(const AttnOutParams& p) override { cuda::attn_out(p, stream_); }
 
  private:
+  bool capturing() const {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(stream_, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone;
+  }
+
   int device_;
+  bool profiling_ = false;
+  std::vector<std::pair<std::string, cudaEvent_t>> marks_;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<DeviceCache> cache_;
   std::shared_ptr<void> workspace_;
   std::unique_ptr<LinearRunner> linear_;
   std::unique_ptr<MoeExpertsRunner> moe_;
 };
+
+// One captured step: an instantiated CUDA graph launched on the backend's stream.
+class CudaStepGraph final : public StepGraph {
+ public:
+  CudaStepGraph(cudaGraphExec_t exec, cudaStream_t s) : exec_(exec), s_(s) {}
+  ~CudaStepGraph() override { cudaGraphExecDestroy(exec_); }
+  void launch() override { MAGI2_CUDA_CHECK(cudaGraphLaunch(exec_, s_)); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t s_;
+};
+
+std::unique_ptr<StepGraph> CudaBackend::capture(std::function<void()> body) {
+  MAGI2_CHECK(static_cast<bool>(body), "capture: empty step body");
+  // Global mode: any CUDA call that is unsafe during capture anywhere in the
+  // process (a sync, cudaMalloc, a pageable copy) fails, which is the proof
+  // that a step has no host synchronisation.
+  MAGI2_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal));
+  try {
+    body();
+  } catch (...) {
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(stream_, &g);
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+    throw;
+  }
+  cudaGraph_t g = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream_, &g);
+  if (e != cudaSuccess) {
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+    throw Error(str_cat("CUDA backend: capturing the step failed (", cudaGetErrorString(e),
+                        "): the step did a host sync, an allocation or a pageable host copy"));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ie = cudaGraphInstantiate(&exec, g, 0);
+  cudaGraphDestroy(g);
+  MAGI2_CHECK(ie == cudaSuccess, "CUDA backend: instantiating the step graph failed: ", cudaGetErrorString(ie));
+  return std::make_unique<CudaStepGraph>(exec, stream_);
+}
 
 CudaBackend& as_cuda(Backend& b) {
   auto* c = dynamic_cast<CudaBackend*>(&b);
@@ -168,6 +279,10 @@ int cuda_device_count() {
 }
 
 void* cuda_stream_of(Backend& b) { return cuda::as_cuda(b).stream(); }
+
+void cuda_profile_begin(Backend& b) { cuda::as_cuda(b).profile_begin(); }
+
+std::map<std::string, double> cuda_profile_end(Backend& b) { return cuda::as_cuda(b).profile_end(); }
 
 void cuda_synchronize(Backend& b) { MAGI2_CUDA_CHECK(cudaStreamSynchronize(cuda::as_cuda(b).stream())); }
 

@@ -2,7 +2,9 @@
 // headers, so model code and tools can include it in any build.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 
 #include "ops/ops.h"
 
@@ -23,6 +25,13 @@ int cuda_device_count();
 /// The backend's CUDA stream as an opaque `cudaStream_t` (for events and
 /// timing in tests and benchmarks). Error unless `b` is a CUDA backend.
 void* cuda_stream_of(Backend& b);
+
+/// Starts timing the regions of Backend::mark on a CUDA backend (eager runs
+/// only: do not capture while profiling). Error unless `b` is a CUDA backend.
+void cuda_profile_begin(Backend& b);
+/// Stops timing; waits for the device and returns milliseconds per region
+/// name, summed over every stretch between a mark and the next (or the end).
+std::map<std::string, double> cuda_profile_end(Backend& b);
 
 /// Waits until every op enqueued on the backend's stream has finished (tests
 /// and benchmarks; the pipeline itself waits only in host-bound copies).

@@ -21,6 +21,7 @@
 #include "models/qwen35/tok_unicode.h"
 #include "models/wan22_vae/encoder.h"
 #include "models/wan22_vae/weights.h"
+#include "pipeline/device_select.h"
 #include "pipeline/decode.h"
 #include "pipeline/generate.h"
 #include "pipeline/reference_image.h"
@@ -38,12 +39,6 @@ Tensor need(const SafetensorsFile& f, const std::string& name, const char* flag)
   return f.tensor(name);
 }
 
-// The backend of EngineOptions::device. Only the CPU backend runs the whole
-// pipeline today; "cuda" is reserved for the CUDA denoising loop.
-std::unique_ptr<Backend> make_backend(const EngineOptions& c) {
-  MAGI2_CHECK(c.device != "cuda", "--device cuda: the CUDA pipeline is not available in this build yet");
-  return make_cpu_backend(c.threads);
-}
 
 // The middle latent frame [1, C, 1, h, w] of a [1, C, T, h, w] f32 latent.
 Tensor middle_frame(const Tensor& latent) {
@@ -84,7 +79,9 @@ struct Engine::State {
   Clock::time_point created = Clock::now();
   bool first_run = true;
   LoadedDit model;
-  std::unique_ptr<Backend> be;
+  std::unique_ptr<Backend> be;      // text encoder, decoders, Wan2.2 encoder (the CPU reference for now)
+  std::unique_ptr<Backend> dit_be;  // EngineOptions::device: the DiT and the denoising loop
+  DitWeights dit_weights;           // on dit_be's device (uploaded once)
   std::unique_ptr<Dit> dit;
   double load_ms = 0;
   // Loaded on first need:
@@ -137,8 +134,14 @@ Engine::Engine(const EngineOptions& config) : s_(std::make_unique<State>()) {
   MAGI2_CHECK(std::filesystem::is_directory(root), "model folder '", root, "' does not exist");
   if (config.encodes_text) s_->te_dir = find_text_encoder_dir(root, config.text_encoder);
   s_->model = load_dit(root, config.transformer, config.config);
-  s_->be = make_backend(config);
-  s_->dit = std::make_unique<Dit>(s_->model.config.arch, s_->model.weights, *s_->be);
+  s_->be = make_cpu_backend(config.threads);
+  s_->dit_be = make_backend_for(config.device, config.threads);
+  // On a GPU the weights are uploaded once; the mmap'd host views stay only
+  // for the CPU backend.
+  s_->dit_weights =
+      s_->dit_be->device() == Device::CPU ? s_->model.weights : s_->model.weights.to_backend(*s_->dit_be);
+  if (s_->dit_be->device() != Device::CPU) s_->model.weights = DitWeights();
+  s_->dit = std::make_unique<Dit>(s_->model.config.arch, s_->dit_weights, *s_->dit_be);
   s_->load_ms = ms_since(s_->created);
 }
 
@@ -260,17 +263,22 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
       req.routing_override[l] = need(*rf, "loop_l" + std::to_string(l) + "_moe_topk_idx", "--routing-override");
   }
   const auto t_loop = Clock::now();
-  req.on_step = [&](GenerateStep& st) {
+  // Progress and cancel need no latents (the loop stays on the device, graph
+  // replayed); previews bring the latents to the host, so only when asked.
+  req.on_progress = [&](int step, int steps, int64_t timestep, double ms) {
     const double elapsed = ms_since(t_loop);
     if (cb.on_progress)
-      cb.on_progress({st.step + 1, st.steps, st.timestep, st.ms, elapsed,
-                      elapsed / (st.step + 1) * (st.steps - st.step - 1) / 1000.0});
-    if (cb.preview_every > 0 && cb.on_preview && s.decoders && (st.step + 1) % cb.preview_every == 0) {
-      const Tensor frame = s.decoders->decode_frames(middle_frame(st.latent));
-      cb.on_preview({st.step + 1, encode_png_rgb(frame.reshape({frame.size(1), frame.size(2), 3}))});
-    }
+      cb.on_progress({step + 1, steps, timestep, ms, elapsed, elapsed / (step + 1) * (steps - step - 1) / 1000.0});
     return !(cb.should_cancel && cb.should_cancel());
   };
+  if (cb.preview_every > 0 && cb.on_preview && s.decoders)
+    req.on_step = [&](GenerateStep& st) {
+      if ((st.step + 1) % cb.preview_every == 0) {
+        const Tensor frame = s.decoders->decode_frames(middle_frame(st.latent));
+        cb.on_preview({st.step + 1, encode_png_rgb(frame.reshape({frame.size(1), frame.size(2), 3}))});
+      }
+      return true;
+    };
   if (cb.on_log && r.enhancement)
     cb.on_log(pe::report_line(s.config.prompt_enhancement, pe_request_of(s.config, r), *r.enhancement));
   if (cb.on_log) {
@@ -329,7 +337,8 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
   if (!p.metrics_path.empty()) {
     struct rusage ru {};
     ::getrusage(RUSAGE_SELF, &ru);
-    nlohmann::json m = {{"backend", s.be->name()},
+    nlohmann::json m = {{"backend", s.dit_be->name()},
+                        {"workspace_bytes", g.workspace_bytes},
                         {"tokens_per_forward", g.tokens},
                         {"prompt_tokens", r.prompt_tokens},
                         {"steps", g.step_ms.size()},

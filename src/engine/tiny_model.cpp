@@ -119,8 +119,40 @@ Recipe recipe_for(const DitTensorSpec& t) {
 }
 
 // One tensor's values, in its official dtype.
-Tensor make_tensor(const DitTensorSpec& t, uint64_t seed) {
+// Release-width random weights in seconds: each element is a shared pool of
+// 2^20 standard normals (drawn once by normal_sample) at a per-tensor offset and
+// stride, scaled by the tensor's recipe. Not independent draws: for timing.
+Tensor pooled_random(const DitTensorSpec& t, const Recipe& r, uint64_t seed) {
+  constexpr uint64_t kPool = uint64_t{1} << 20;
+  static const std::vector<float> pool = [] {
+    std::vector<float> p(kPool);
+    for (uint64_t i = 0; i < kPool; ++i) p[i] = static_cast<float>(normal_sample(0x5eed, i, 0.0, 1.0));
+    return p;
+  }();
+  const uint64_t key = fnv1a(t.name) ^ seed;
+  const uint64_t off = splitmix(key, 0) & (kPool - 1), stride = (splitmix(key, 1) & (kPool - 1)) | 1;
+  int64_t n = 1;
+  for (int64_t s : t.shape) n *= s;
+  Tensor out = Tensor::empty(t.shape, t.dtype);
+  const bool uni = r.kind == Recipe::Uniform;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = pool[(off + static_cast<uint64_t>(i) * stride) & (kPool - 1)];
+    // Uniform recipes map the normal through its rough CDF range [-3, 3].
+    const double x = uni ? r.a + (r.b - r.a) * std::min(1.0, std::max(0.0, (z + 3.0) / 6.0)) : r.a + r.b * z;
+    if (t.dtype == DType::F32)
+      out.data_as<float>()[i] = static_cast<float>(x);
+    else
+      out.data_as<uint16_t>()[i] = f32_to_bf16_bits(static_cast<float>(x));
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor random_dit_tensor(const DitTensorSpec& t, uint64_t seed, bool fast) {
   const Recipe r = recipe_for(t);
+  if (fast && r.kind != Recipe::RopeBands) return pooled_random(t, r, seed);
   const uint64_t key = fnv1a(t.name) ^ seed;
   int64_t n = 1;
   for (int64_t s : t.shape) n *= s;
@@ -142,6 +174,8 @@ Tensor make_tensor(const DitTensorSpec& t, uint64_t seed) {
   // Tensor::to rounds to nearest even: the stored bf16 values are exact.
   return t.dtype == DType::F32 ? f : f.to(t.dtype);
 }
+
+namespace {
 
 // Adapters and the first half of the layers go to shard 1, the rest to shard 2
 // (golden ckpt/: layers 0-1 + adapters | layers 2-3).
@@ -173,7 +207,7 @@ void write_folder(const fs::path& root, uint64_t seed) {
   nlohmann::json weight_map = nlohmann::json::object();
   size_t total = 0;
   for (const auto& s : specs) {
-    Tensor t = make_tensor(s, seed);
+    Tensor t = random_dit_tensor(s, seed);
     total += t.nbytes();
     const char* shard = shard_of(s.name, cfg.arch.num_layers);
     weight_map[s.name] = shard;

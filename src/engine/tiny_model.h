@@ -12,6 +12,7 @@
 #include <string>
 
 #include "models/magi2_dit/config.h"
+#include "models/magi2_dit/weights.h"
 
 namespace magi2 {
 
@@ -55,6 +56,13 @@ std::string tiny_config_json();
 /// final rename fails (e.g. another process created `dir` meanwhile). On error
 /// the temporary folder is removed and `dir` is untouched.
 void make_tiny_model(const std::string& dir, uint64_t seed);
+
+/// One seeded random DiT tensor in its official dtype, drawn by the tiny
+/// model's init recipe (scales by name; make_tiny_model() uses it). `fast`:
+/// values from a shared pool of normals at a per-tensor offset (release-width
+/// weights for `magi2 bench` in seconds; not independent draws). Error for a
+/// tensor name without a recipe.
+Tensor random_dit_tensor(const DitTensorSpec& t, uint64_t seed, bool fast = false);
 
 /// Where the built-in models may be cached. The library never reads the
 /// environment: front ends fill this from $MAGI2_CACHE_DIR, $XDG_CACHE_HOME and

@@ -19,20 +19,6 @@ const int32_t* check_index_on(Device device, const Tensor& t, int64_t n, const c
   return t.data_as<int32_t>();
 }
 
-Tensor to_backend(Backend& be, const Tensor& t) {
-  if (!t.defined() || (t.device() == be.device() && t.is_contiguous())) return t;
-  Tensor d = be.alloc(t.shape(), t.dtype());
-  be.copy({.src = t, .dst = d});  // copy takes contiguous or 2-D row-strided views
-  return d;
-}
-
-Tensor to_host(Backend& be, const Tensor& t) {
-  if (!t.defined() || (t.device() == Device::CPU && t.is_contiguous())) return t;
-  Tensor h = Tensor::empty(t.shape(), t.dtype());
-  be.copy({.src = t, .dst = h});
-  return h;
-}
-
 void check_row_groups(const Groups& g, int64_t rows, const char* what) {
   MAGI2_CHECK(g.count >= 1 && g.count <= 3 && g.cu[0] == 0 && g.cu[g.count] == rows, what,
               ": row groups do not cover ", rows, " rows");

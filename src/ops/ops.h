@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -610,6 +611,81 @@ struct SnakeBetaParams {
   bool logscale = true;
 };
 
+// ---- Sampler ops: the per-step work of the denoising loop around the DiT
+// (spec pipeline §4-5), so a whole step stays on the backend's device. Index
+// maps and tables are built on the host once per request shape; the step index
+// lives in a device counter (i32 [1]) that advance_step increments, so one
+// recorded step replays for every step of the schedule. ----
+
+/// dst.flat[dst_index[i]] = src.flat[src_index[i]] for i < n (f32; src and dst
+/// contiguous, any shape): latents scattered into token rows and the DiT output
+/// gathered back (spec pipeline §4.2, §4.6). src_index, dst_index [n] i32 on the
+/// backend's device; an undefined index is the identity (i). The CPU backend
+/// rejects indices outside src/dst; the CUDA backend skips such elements.
+struct CopyElemsParams {
+  Tensor src;
+  Tensor dst;
+  Tensor src_index;  ///< optional (identity)
+  Tensor dst_index;  ///< optional (identity)
+};
+
+/// out[rows[i], :] = table[step[0], :]: the time channels of the noisy tokens for
+/// the current step (spec pipeline §4.5). table [S, C] f32 (one sinusoidal
+/// embedding per step), step [1] i32 device counter, rows [n] i32, out [N, C] f32,
+/// all contiguous on the backend's device.
+struct FillRowsParams {
+  Tensor table;
+  Tensor step;
+  Tensor rows;
+  Tensor out;
+};
+
+/// Classifier-free guidance (spec pipeline §5.4, numerics.h cfg_combine_f32):
+/// v[k] = uncond + f32(scale) * (cond - uncond) with pred [2, n] f32 (row 0 the
+/// conditional branch, row 1 the unconditional), v [n] f32, contiguous.
+struct CfgCombineParams {
+  Tensor pred;
+  Tensor v;
+  float scale = 1.f;
+};
+
+/// One FlowUniPC solver step in place (spec pipeline §5.3, numerics.h
+/// flow_unipc_element) with the scalars of row step[0] of `coef`: sample, last,
+/// m0, m1 [n] f32 (solver state, zero before step 0), v [n] f32 (the guided
+/// velocity), coef [S, 16] f32 (FlowUniPC::step_table), step [1] i32.
+struct FlowUniPCStepParams {
+  Tensor sample;
+  Tensor v;
+  Tensor last;
+  Tensor m0;
+  Tensor m1;
+  Tensor coef;
+  Tensor step;
+};
+
+/// step[0] += 1: the device step counter the sampler ops read (i32 [1]).
+struct AdvanceStepParams {
+  Tensor step;
+};
+
+/// Non-finite detection without a host sync: when any element of x (f32,
+/// contiguous) is NaN or +-inf, first[slot] = min(first[slot], step[0]). first
+/// [>slot] i32 (start it at INT32_MAX), step [1] i32. Read once at the end.
+struct NonfiniteCheckParams {
+  Tensor x;
+  Tensor first;
+  Tensor step;
+  int slot = 0;
+};
+
+/// A recorded step of ops: Backend::capture makes one, launch() re-runs it.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  /// Enqueues the recorded ops again (CUDA: one cudaGraphLaunch; CPU: the body in order).
+  virtual void launch() = 0;
+};
+
 /// A compute backend. All methods throw Error on bad shapes/dtypes; none
 /// allocates device memory for its outputs.
 class Backend {
@@ -624,6 +700,25 @@ class Backend {
   virtual void zero(const Tensor& t) = 0;
   /// Copies between devices (see CopyParams); the way tensors move to and from the device.
   virtual void copy(const CopyParams& p) = 0;
+  /// Host-to-device copies of many tensors at once (weight upload): the CUDA
+  /// backend stages them through pinned buffers from several threads. Default:
+  /// copy() each in turn.
+  virtual void copy_many(const std::vector<CopyParams>& ps) {
+    for (const CopyParams& p : ps) copy(p);
+  }
+  /// Waits until every op enqueued so far has finished (no-op on the CPU).
+  virtual void synchronize() {}
+  /// Profiling hook: the ops enqueued from now on belong to `region` (a
+  /// static string, e.g. "attn.core") until the next mark. Backends that
+  /// profile (cuda_profile_begin) time regions with events; otherwise a no-op.
+  virtual void mark(const char* region) {}
+  /// Records `body`, which must only enqueue ops on this backend over buffers
+  /// that outlive the graph, as one replayable step. CUDA: captured once as a
+  /// CUDA graph in cudaStreamCaptureModeGlobal, so a host sync, an allocation or
+  /// a pageable host copy inside `body` fails the capture with an Error naming
+  /// it; run `body` once eagerly first so plans and workspaces exist. CPU: keeps
+  /// `body` and runs it on each launch.
+  virtual std::unique_ptr<StepGraph> capture(std::function<void()> body);
 
   virtual void rms_norm(const RmsNormParams& p) = 0;
   virtual void linear(const LinearParams& p) = 0;
@@ -668,6 +763,13 @@ class Backend {
   virtual void causal_attention(const CausalAttentionParams& p) = 0;
   virtual void sigmoid_mul(const SigmoidMulParams& p) = 0;
   virtual void silu_mul(const SiluMulParams& p) = 0;
+  // Sampler (the denoising loop around the DiT)
+  virtual void copy_elems(const CopyElemsParams& p) = 0;
+  virtual void fill_rows(const FillRowsParams& p) = 0;
+  virtual void cfg_combine(const CfgCombineParams& p) = 0;
+  virtual void flow_unipc_step(const FlowUniPCStepParams& p) = 0;
+  virtual void advance_step(const AdvanceStepParams& p) = 0;
+  virtual void nonfinite_check(const NonfiniteCheckParams& p) = 0;
 };
 
 /// A contiguous copy of `t` (any device) on `be`'s device, allocated with

@@ -1,6 +1,8 @@
 // CFG combination: see cfg.h.
 #include "pipeline/cfg.h"
 
+#include "ops/numerics.h"
+
 #include <cmath>
 
 namespace magi2 {
@@ -32,12 +34,7 @@ void cfg_combine(std::span<const float> cond, std::span<const float> uncond, dou
               ", out ", out.size(), ")");
   // Upstream the scale reaches the kernel as an f32 (tensor or opmath scalar).
   const float s = static_cast<float>(scale);
-  for (size_t k = 0; k < out.size(); ++k) {
-    const float u = uncond[k];
-    const float diff = cond[k] - u;
-    const float scaled = s * diff;
-    out[k] = u + scaled;
-  }
+  for (size_t k = 0; k < out.size(); ++k) out[k] = cfg_combine_f32(cond[k], uncond[k], s);
 }
 
 namespace {

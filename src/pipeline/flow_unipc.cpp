@@ -11,6 +11,25 @@ namespace {
 
 constexpr int kSolverOrder = 2;
 
+void set_corrector(UniPcStepCoef& c, const FlowUniPCInterval& iv) {
+  c.corrector = 1.0f;
+  c.c_order = static_cast<float>(iv.order);
+  c.c_A = iv.A;
+  c.c_E_phi = iv.E_phi;
+  c.c_E_B = iv.E_B;
+  c.c_inv_r1 = iv.inv_r1;
+  c.c_rho0 = iv.rho_c[0];
+  c.c_rho1 = iv.rho_c[1];
+}
+
+void set_predictor(UniPcStepCoef& c, const FlowUniPCInterval& iv) {
+  c.p_order = static_cast<float>(iv.order);
+  c.p_A = iv.A;
+  c.p_E_phi = iv.E_phi;
+  c.p_E_B = iv.E_B;
+  c.p_inv_r1 = iv.inv_r1;
+}
+
 // f32 log / expm1 rounded correctly (through double). PyTorch's CPU kernels
 // (Sleef, u10) return these for the schedule's inputs; glibc's logf/expm1f
 // are off by one ulp on some of them, and lambda differences cancel
@@ -175,6 +194,18 @@ FlowUniPCInterval FlowUniPC::interval(int j, int order) const {
   return c;
 }
 
+std::vector<UniPcStepCoef> FlowUniPC::step_table() const {
+  MAGI2_CHECK(!timesteps_.empty(), "FlowUniPC::step_table: set_timesteps() was not called");
+  std::vector<UniPcStepCoef> t(timesteps_.size());
+  for (int i = 0; i < num_steps(); ++i) {
+    UniPcStepCoef& c = t[static_cast<size_t>(i)];
+    c.sigma = sigmas_[static_cast<size_t>(i)];
+    if (i > 0) set_corrector(c, interval(i - 1, predictor_order(i - 1)));
+    set_predictor(c, interval(i, predictor_order(i)));
+  }
+  return t;
+}
+
 void FlowUniPC::begin_step_checks(size_t n) {
   MAGI2_CHECK(!sigmas_.empty(), "FlowUniPC::step: set_timesteps() was not called");
   MAGI2_CHECK(step_index_ < num_steps(), "FlowUniPC::step: all ", num_steps(),
@@ -185,75 +216,8 @@ void FlowUniPC::begin_step_checks(size_t n) {
     m_prev_.assign(n, 0.0f);
     m_prev2_.assign(n, 0.0f);
     last_sample_.assign(n, 0.0f);
-    m_new_.assign(n, 0.0f);
   }
   MAGI2_CHECK(n == n_, "FlowUniPC::step: sample has ", n, " elements, earlier steps had ", n_);
-}
-
-// UniC on interval j = i-1, applied to the incoming sample of step i.
-// Element order per the official expression:
-//   x = (A*x_last - E_phi*m0) - E_B*(rho0*D1 + rho1*(m_new - m0)),
-//   D1 = (m_prev2 - m0) * f32(1/r1).
-void FlowUniPC::correct(const FlowUniPCInterval& c, std::span<const float> m_new,
-                        std::span<float> x) const {
-  const float* xl = last_sample_.data();
-  const float* m0 = m_prev_.data();
-  if (c.order == 1) {
-    for (size_t k = 0; k < n_; ++k) {
-      const float t1 = c.A * xl[k];
-      const float t2 = c.E_phi * m0[k];
-      const float base = t1 - t2;
-      const float d1t = m_new[k] - m0[k];
-      const float w = c.rho_c[0] * d1t;
-      const float res = w + 0.0f;  // official: python 0 + tensor
-      const float corr = c.E_B * res;
-      x[k] = base - corr;
-    }
-    return;
-  }
-  const float* m1 = m_prev2_.data();
-  for (size_t k = 0; k < n_; ++k) {
-    const float t1 = c.A * xl[k];
-    const float t2 = c.E_phi * m0[k];
-    const float base = t1 - t2;
-    const float dm = m1[k] - m0[k];
-    const float d1 = dm * c.inv_r1;
-    const float a = c.rho_c[0] * d1;
-    const float d1t = m_new[k] - m0[k];
-    const float b = c.rho_c[1] * d1t;
-    const float res = a + b;
-    const float corr = c.E_B * res;
-    x[k] = base - corr;
-  }
-}
-
-// UniP on interval j = i from the (corrected) sample; m_prev_ is m_i here.
-//   order 1: x = (A*x - E_phi*m0) - E_B*0
-//   order 2: x = (A*x - E_phi*m0) - E_B*(0.5*D1), D1 = (m_{i-1} - m0) * f32(1/r1).
-void FlowUniPC::predict(const FlowUniPCInterval& c, std::span<float> x) const {
-  const float* m0 = m_prev_.data();
-  if (c.order == 1) {
-    // The official code multiplies the scalar by a python 0; keep the signed zero.
-    const float corr = c.E_B * 0.0f;
-    for (size_t k = 0; k < n_; ++k) {
-      const float t1 = c.A * x[k];
-      const float t2 = c.E_phi * m0[k];
-      const float base = t1 - t2;
-      x[k] = base - corr;
-    }
-    return;
-  }
-  const float* m1 = m_prev2_.data();
-  for (size_t k = 0; k < n_; ++k) {
-    const float t1 = c.A * x[k];
-    const float t2 = c.E_phi * m0[k];
-    const float base = t1 - t2;
-    const float dm = m1[k] - m0[k];
-    const float d1 = dm * c.inv_r1;
-    const float res = 0.5f * d1;  // rhos_p = [0.5] for order 2
-    const float corr = c.E_B * res;
-    x[k] = base - corr;
-  }
 }
 
 void FlowUniPC::step_inplace(std::span<const float> model_output, std::span<float> sample) {
@@ -265,32 +229,21 @@ void FlowUniPC::step_inplace(std::span<const float> model_output, std::span<floa
 
   const bool use_corrector = i > 0 && have_last_sample_;
 
-  // x0 prediction from the incoming, uncorrected sample.
-  const float sigma = sigmas_[static_cast<size_t>(i)];
-  for (size_t k = 0; k < n_; ++k) {
-    const float sv = sigma * model_output[k];
-    m_new_[k] = sample[k] - sv;
-  }
-
-  if (use_corrector) {
-    const FlowUniPCInterval cc = interval(i - 1, this_order_);
-    correct(cc, m_new_, sample);
-  }
-
-  // Shift the 2-entry history and push the new prediction.
-  std::swap(m_prev2_, m_prev_);
-  std::swap(m_prev_, m_new_);
+  // One element formula for the host and the device (ops/numerics.h): x0
+  // prediction from the incoming sample, UniC correction of it (from step 1
+  // on), history shift, UniP predictor to sigmas[i+1].
+  UniPcStepCoef c;
+  c.sigma = sigmas_[static_cast<size_t>(i)];
+  if (use_corrector) set_corrector(c, interval(i - 1, this_order_));
   num_outputs_ = std::min(num_outputs_ + 1, kSolverOrder);
-
   // lower_order_final, then warm-up.
   const int order = std::min(kSolverOrder, num_steps() - i);
   this_order_ = std::min(order, lower_order_nums_ + 1);
   MAGI2_ASSERT(this_order_ > 0 && this_order_ <= num_outputs_);
-
-  std::copy(sample.begin(), sample.end(), last_sample_.begin());
+  set_predictor(c, interval(i, this_order_));
+  for (size_t k = 0; k < n_; ++k)
+    flow_unipc_element(c, model_output[k], sample[k], last_sample_[k], m_prev_[k], m_prev2_[k]);
   have_last_sample_ = true;
-  const FlowUniPCInterval pc = interval(i, this_order_);
-  predict(pc, sample);
 
   if (lower_order_nums_ < kSolverOrder) ++lower_order_nums_;
   ++step_index_;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/numerics.h"
 
 namespace magi2 {
 
@@ -96,6 +97,12 @@ class FlowUniPC {
   /// Error on an invalid j/order or before set_timesteps().
   FlowUniPCInterval interval(int j, int order) const;
 
+  /// The scalars of every step of a run that starts at step 0 (what the
+  /// device loop's flow_unipc_step op reads per step; element formula
+  /// flow_unipc_element in ops/numerics.h, the same one step_inplace uses).
+  /// Error before set_timesteps().
+  std::vector<UniPcStepCoef> step_table() const;
+
   /// One solver step on `sample` in place, with the model's velocity
   /// `model_output` (same size): x0 prediction m = x - sigma_i*v from the
   /// incoming sample, UniC correction of the incoming sample (from step 1 on),
@@ -121,8 +128,6 @@ class FlowUniPC {
 
  private:
   void begin_step_checks(size_t n);
-  void correct(const FlowUniPCInterval& c, std::span<const float> m_new, std::span<float> x) const;
-  void predict(const FlowUniPCInterval& c, std::span<float> x) const;
 
   int num_train_ = 1000;
   double sigma_max_ = 0, sigma_min_ = 0;
@@ -140,7 +145,6 @@ class FlowUniPC {
   std::vector<float> m_prev2_;   ///< the one before
   std::vector<float> last_sample_;  ///< corrected sample the last predictor started from
   bool have_last_sample_ = false;
-  std::vector<float> m_new_;     ///< scratch
 };
 
 /// numpy.linspace(start, stop, num) in float64 with numpy's exact formula

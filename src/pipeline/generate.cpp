@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "pipeline/denoise_loop.h"
 #include "pipeline/flow_unipc.h"
 #include "pipeline/noise.h"
 
@@ -84,24 +85,28 @@ GenerateResult generate_latents(Dit& dit, const GenerateRequest& req) {
   check_tensor(res.audio_latent, ashape, DType::F32, "initial audio noise");
   res.tokens = plan.total_tokens;
 
-  FlowUniPC video_sched, audio_sched;
-  video_sched.set_timesteps(req.num_steps, req.shift);
-  audio_sched.set_timesteps(req.num_steps, req.shift);
+  FlowUniPC sched;
+  sched.set_timesteps(req.num_steps, req.shift);
+  const auto& ts = sched.timesteps();
 
-  // Static rows (text) and the token layout are built once; each step only
-  // rewrites the latent rows and the time channels (spec pipeline §4.1).
-  DitInputs in;
-  in.x = pack_static_tokens(plan, cond);
-  in.coords = plan.coords;
-  in.modality = plan.modality;
-  in.time_emb = Tensor::zeros({plan.total_tokens, 64}, DType::F32);
-  for (int64_t i = 0; i < plan.cu_seqlens.numel(); ++i) in.cu_seqlens.push_back(plan.cu_seqlens.data_as<int32_t>()[i]);
+  // Everything per step lives on the DiT's backend (DenoiseLoop); the CUDA
+  // backend records step 1 as a graph and replays it. Testing hooks (forced
+  // routing, on_step's host latents) keep every step eager.
+  DenoiseSetup setup;
+  setup.plan = &plan;
+  setup.x_static = pack_static_tokens(plan, cond);
+  setup.timesteps = ts;
+  setup.solver = sched.step_table();
+  setup.video_scale = static_cast<float>(req.cfg.video_txt_guidance_scale);
+  setup.audio_scale = static_cast<float>(req.cfg.audio_txt_guidance_scale);
+  setup.latent = res.latent;
+  setup.audio_latent = res.audio_latent;
+  DenoiseLoop loop(dit, setup);
+  Backend& be = dit.backend();
+  const bool eager = !req.routing_override.empty() || static_cast<bool>(req.on_step) || !req.use_graph;
 
-  const auto& ts = video_sched.timesteps();
   for (int s = 0; s < req.num_steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    pack_latent_tokens(plan, res.latent, res.audio_latent, in.x);
-    fill_time_embedding(plan, static_cast<float>(ts[s]), in.time_emb);
     DitRunOptions opt;
     if (!req.routing_override.empty()) {
       opt.forced_topk.resize(req.routing_override.size());
@@ -114,23 +119,36 @@ GenerateResult generate_latents(Dit& dit, const GenerateRequest& req) {
         opt.forced_topk[l] = r.slice_rows(s, s + 1).reshape({r.size(1), r.size(2), r.size(3)}).to(DType::I32);
       }
     }
-    Tensor out = dit.forward(in, opt);
-    UnpackedPrediction pred = unpack_output(plan, out);
-    Tensor v_video = cfg_video(pred.video, req.cfg);
-    Tensor v_audio = cfg_audio(pred.audio, req.cfg);
-    video_sched.step_inplace({v_video.data_as<float>(), static_cast<size_t>(v_video.numel())}, ts[s],
-                             {res.latent.data_as<float>(), static_cast<size_t>(res.latent.numel())});
-    if (v_audio.defined())
-      audio_sched.step_inplace({v_audio.data_as<float>(), static_cast<size_t>(v_audio.numel())}, ts[s],
-                               {res.audio_latent.data_as<float>(), static_cast<size_t>(res.audio_latent.numel())});
+    if (eager || s == 0) {
+      loop.step(opt);  // step 0 also builds every plan and workspace the graph needs
+    } else {
+      if (!loop.captured()) loop.capture();
+      loop.replay();
+    }
+    be.synchronize();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     res.step_ms.push_back(ms);
-    GenerateStep info{s, req.num_steps, ts[s], ms, res.latent, res.audio_latent};
-    if (req.on_step && !req.on_step(info)) {
+    bool go = true;
+    if (req.on_step) {
+      res.latent = loop.latent_host();
+      res.audio_latent = loop.audio_latent_host();
+      GenerateStep info{s, req.num_steps, ts[s], ms, res.latent, res.audio_latent};
+      go = req.on_step(info);
+      loop.set_latents(res.latent, res.audio_latent);
+    }
+    if (go && req.on_progress) go = req.on_progress(s, req.num_steps, ts[s], ms);
+    if (!go) {
       res.cancelled = true;
       break;
     }
   }
+  res.latent = loop.latent_host();
+  res.audio_latent = loop.audio_latent_host();
+  const auto [bad_v, bad_a] = loop.first_nonfinite_step();
+  MAGI2_CHECK(bad_v < 0 && bad_a < 0, "denoising produced non-finite values in the ",
+              bad_v >= 0 ? "video" : "audio", " latent at step ", bad_v >= 0 ? bad_v : bad_a,
+              " (of ", req.num_steps, "); nothing was written");
+  res.workspace_bytes = dit.workspace_bytes() + loop.bytes();
   return res;
 }
 

@@ -41,9 +41,18 @@ struct GenerateRequest {
   /// Testing: per MoE layer l, the expert selection of every step
   /// [steps, heads, N, k] (I32/I64); undefined entries route naturally.
   std::vector<Tensor> routing_override;
-  /// Called after every step; return false to cancel. The latents may be
-  /// modified (testing: teacher forcing against reference trajectories).
+  /// Testing: called after every step with host copies of the latents, which
+  /// it may modify (teacher forcing); they are copied back before the next
+  /// step. Return false to cancel. Setting it runs every step eagerly with a
+  /// device round trip; progress reporting wants on_progress instead.
   std::function<bool(struct GenerateStep&)> on_step;
+  /// Called after every step (the step has finished on the device): step
+  /// (0-based), steps, its timestep and wall milliseconds. Return false to
+  /// cancel at this step boundary. Cheap: no tensor leaves the device.
+  std::function<bool(int step, int steps, int64_t timestep, double ms)> on_progress;
+  /// Record step 1 as one graph and replay it for the rest (CUDA graphs; the
+  /// CPU re-runs the same ops). false: every step eager (debugging).
+  bool use_graph = true;
 };
 
 /// What on_step sees after step `step` (0-based) of `steps`.
@@ -62,6 +71,7 @@ struct GenerateResult {
   Tensor audio_latent;  ///< [1, La, 64] f32
   std::vector<double> step_ms;  ///< wall time of each denoising step
   int64_t tokens = 0;           ///< packed tokens per forward (both CFG branches)
+  size_t workspace_bytes = 0;   ///< device bytes of the DiT workspace + the loop's buffers
   bool cancelled = false;
 };
 

@@ -388,4 +388,39 @@ UnpackedPrediction unpack_output(const PackingPlan& plan, const Tensor& out) {
   return pred;
 }
 
+LatentTokenMaps latent_token_maps(const PackingPlan& plan, int64_t out_cols) {
+  const LatentShape& L = plan.shapes.latent;
+  const int64_t V = L.frames * L.height * L.width;
+  const int64_t Cv = L.channels, Ca = L.audio_channels, W = plan.width;
+  MAGI2_CHECK(plan.total_tokens * std::max(W, out_cols) < (int64_t{1} << 31),
+              "packing: ", plan.total_tokens, " tokens x ", std::max(W, out_cols),
+              " columns exceed the int32 index maps of the device loop");
+  MAGI2_CHECK(out_cols >= std::max(Cv, Ca), "packing: DiT output has ", out_cols, " columns, needs ",
+              std::max(Cv, Ca));
+  LatentTokenMaps m;
+  auto i32 = [](int64_t v) { return static_cast<int32_t>(v); };
+  for (const BranchLayout& br : plan.branches) {
+    for (int64_t n = 0; n < V; ++n)
+      for (int64_t c = 0; c < Cv; ++c) {
+        m.video_src.push_back(i32(c * V + n));
+        m.video_dst.push_back(i32((br.video_begin + n) * W + c));
+      }
+    for (int64_t k = 0; k < L.audio_frames; ++k)
+      for (int64_t c = 0; c < Ca; ++c) {
+        m.audio_src.push_back(i32(k * Ca + c));
+        m.audio_dst.push_back(i32((br.audio_begin + k) * W + c));
+      }
+  }
+  for (const BranchLayout& br : plan.branches) {
+    for (int64_t c = 0; c < Cv; ++c)
+      for (int64_t n = 0; n < V; ++n) m.out_video.push_back(i32((br.video_begin + n) * out_cols + c));
+    for (int64_t k = 0; k < L.audio_frames; ++k)
+      for (int64_t c = 0; c < Ca; ++c) m.out_audio.push_back(i32((br.audio_begin + k) * out_cols + c));
+  }
+  const uint8_t* noisy = plan.is_noisy.data_as<uint8_t>();
+  for (int64_t r = 0; r < plan.total_tokens; ++r)
+    if (noisy[r]) m.noisy_rows.push_back(i32(r));
+  return m;
+}
+
 }  // namespace magi2

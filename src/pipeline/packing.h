@@ -192,4 +192,19 @@ struct UnpackedPrediction {
 /// Errors: Error naming `out` on a shape/dtype mismatch.
 UnpackedPrediction unpack_output(const PackingPlan& plan, const Tensor& out);
 
+/// The latent <-> token-row copies as flat index maps, for the device-resident
+/// loop (Backend::copy_elems): the same element placement as
+/// pack_latent_tokens() and unpack_output(), built once per request shape.
+struct LatentTokenMaps {
+  std::vector<int32_t> video_src, video_dst;  ///< x.flat[video_dst[i]] = latent.flat[video_src[i]]
+  std::vector<int32_t> audio_src, audio_dst;  ///< x.flat[audio_dst[i]] = audio_latent.flat[audio_src[i]]
+  std::vector<int32_t> out_video;  ///< pred_video.flat[i] = out.flat[out_video[i]], pred [2, Cv, T, H, W]
+  std::vector<int32_t> out_audio;  ///< pred_audio.flat[i] = out.flat[out_audio[i]], pred [2, La, Ca]
+  std::vector<int32_t> noisy_rows; ///< rows whose time channels follow the step (plan.is_noisy)
+};
+
+/// Builds the maps for x of width plan.width and a DiT output of `out_cols`
+/// columns (contiguous). Errors: Error when an index would not fit in int32.
+LatentTokenMaps latent_token_maps(const PackingPlan& plan, int64_t out_cols);
+
 }  // namespace magi2

@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "engine/model_files.h"
 #include "engine/params.h"
+#include "pipeline/device_select.h"
 #include "models/magi2_dit/dit.h"
 
 namespace magi2::cli {
@@ -21,6 +22,7 @@ namespace {
 struct ForwardArgs {
   std::string config, transformer, inputs, prefix, routing_override, output;
   int threads = 0;
+  std::string device = "cpu";
 };
 
 Tensor input(const SafetensorsFile& f, const std::string& name) {
@@ -49,10 +51,11 @@ int run_forward(const ForwardArgs& a) {
     for (int l : dit.config.arch.moe_layers)
       opt.forced_topk[l] = input(*r, p + "l" + std::to_string(l) + "_moe_topk_idx").to(DType::I32);
   }
-  auto be = make_cpu_backend(a.threads);
-  Dit model(dit.config.arch, dit.weights, *be);
+  auto be = make_backend_for(a.device, a.threads);
+  const DitWeights w = be->device() == Device::CPU ? dit.weights : dit.weights.to_backend(*be);
+  Dit model(dit.config.arch, w, *be);
   const auto t0 = std::chrono::steady_clock::now();
-  Tensor out = model.forward(in, opt);
+  Tensor out = to_host(*be, model.forward(in, opt));
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   write_safetensors(a.output, {{p + "out", out}});
   std::printf("forward: %lld tokens, %zu samples, %.1f ms (%s backend) -> %s [%s]\n",
@@ -87,6 +90,9 @@ Command forward_command() {
         ->envname("MAGI2_OUTPUT");
     s->add_option("--threads", args->threads, "CPU threads, 0..1024 (0: all)")
         ->check(CLI::Range(0, Limits::kMaxThreads))->envname("MAGI2_THREADS");
+    s->add_option("--device", args->device, "cpu (default: the reference), cuda or auto")
+        ->envname("MAGI2_DEVICE")
+        ->capture_default_str();
     return s;
   };
   c.run = [args]() { return run_forward(*args); };

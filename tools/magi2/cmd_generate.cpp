@@ -40,6 +40,7 @@ struct GenerateArgs {
   std::string text_encoder, negative_prompt;
   bool truncate = false;
   int threads = 0;
+  std::string device = "auto";
   bool enhance_prompt = false;
   std::string save_prompt;
   PeArgs pe;
@@ -84,6 +85,7 @@ int run_generate(const GenerateArgs& a) {
   ec.text_encoder = a.text_encoder;
   ec.encodes_text = a.text_features.empty();
   ec.threads = a.threads;
+  ec.device = a.device;
   if (a.enhance_prompt) {
     ec.prompt_enhancement = pe_endpoint(a.pe);
     ec.prompt_enhancement_request = pe_request(a.pe, "", "");
@@ -263,6 +265,8 @@ Command generate_command() {
         ->envname("MAGI2_METRICS");
     s->add_option("--threads", a.threads, "CPU threads, 0..1024 (0: all)")
         ->check(CLI::Range(0, Limits::kMaxThreads))->envname("MAGI2_THREADS");
+    s->add_option("--device", a.device, "where the DiT and the denoising loop run: auto (cuda when a GPU is "
+                  "present), cuda or cpu")->envname("MAGI2_DEVICE")->capture_default_str();
     s->add_flag("--enhance-prompt", a.enhance_prompt,
                 "rewrite the prompt into the structured caption through an OpenAI-compatible endpoint (--pe-*)")
         ->envname("MAGI2_ENHANCE_PROMPT");

@@ -27,6 +27,7 @@ Command generate_command();
 Command encode_text_command();
 Command enhance_prompt_command();
 Command serve_command();
+Command bench_command();
 
 /// All subcommands, in help order.
 std::vector<Command> all_commands();

@@ -104,6 +104,7 @@ Tensor Dit::forward(const DitInputs& in, const DitRunOptions& opt) {
   DitWorkspace& ws = *ws_;
   const int64_t c_pad = in.x.size(1);
 
+  be_.mark("outside");
   be_.gather_rows({.src = stage(in.x, ws.x_in), .dst = ws.x_p, .index = ws.perm});
   be_.gather_rows({.src = stage(in.time_emb, ws.temb_in), .dst = ws.temb_p, .index = ws.perm});
   be_.rope_table({.coords = stage(in.coords, ws.coords_in), .bands = w_.rope_bands, .out = ws.rope});
@@ -132,6 +133,7 @@ Tensor Dit::forward(const DitInputs& in, const DitRunOptions& opt) {
 
   for (int l = 0; l < arch_.num_layers; ++l) layer(l, opt);
 
+  be_.mark("outside");
   // Post-adapter (spec §3.11): fp32 RMSNorm + fp32 linear for video and audio rows.
   be_.zero(ws.out_p);
   const Tensor* fn[2] = {&w_.final_norm_video, &w_.final_norm_audio};

@@ -22,11 +22,13 @@ void Dit::layer(int l, const DitRunOptions& opt) {
   // One mHC-wrapped branch (spec §9): logits from the state before the branch,
   // branch input from H_pre, then H_post/H_res fold the branch output back in.
   auto branch = [&](const std::string& name, const Tensor& phi, const MhcBranchWeights& mw, auto&& body) {
+    be_.mark("mhc");
     be_.mhc_logits({.state = ws.state, .norm_w = L.mhc_norm, .phi = phi, .logits = ws.logits, .groups = gm});
     be_.mhc_pre({.state = ws.state, .logits = ws.logits, .w = &mw, .a = ws.branch_in, .h_pre = ws.h_pre, .c = c});
     if (want) dump(opt, p + name + "_in", ws.branch_in);
     body();
     if (want) dump(opt, p + name + "_out", ws.branch_out);
+    be_.mark("mhc");
     be_.mhc_post_res({.state = ws.state, .o = ws.branch_out, .logits = ws.logits, .w = &mw,
                       .h_post = ws.h_post, .h_res = ws.h_res, .c = c});
     if (want) {
@@ -50,24 +52,30 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
   const Groups& g = L.mm ? ws.groups3 : ws.groups1;
   const int64_t n = ws.n, d = arch_.hidden_size, hd = arch_.head_dim;
 
+  be_.mark("attn.proj");
   be_.rms_norm({.x = a, .w = L.attn_pre_norm, .y = ws.xn, .groups = g});
   be_.linear({.x = ws.xn, .w = L.linear_g, .y = ws.g, .groups = g});
   be_.linear({.x = ws.xn, .w = L.linear_qkv, .y = ws.qkv, .groups = g});
+  be_.mark("attn.glue");
   // Per-head q/k RMSNorm, RoPE and the un-permute to token order, v gathered (spec §6 steps 4-6).
   be_.attn_qkv({.qkv = ws.qkv, .q_norm = L.q_norm, .k_norm = L.k_norm, .table = ws.rope, .src_rows = ws.inv,
                 .q = ws.q, .k = ws.k, .v = ws.v, .groups = g});
   // The core writes the FA3 output and its log-sum-exp; the sink, the output gate and the permute back
   // to modality order follow in one op (spec §6 steps 7-9).
+  be_.mark("attn.core");
   be_.attention({.q = ws.q, .k = ws.k, .v = ws.v, .sinks = L.sinks, .o = ws.o, .cu_seqlens = ws.cu_seqlens,
                  .max_seqlen = ws.max_seqlen,
                  .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .lse = ws.lse});
+  be_.mark("attn.glue");
   be_.attn_out({.o = ws.o, .lse = ws.lse, .sinks = L.sinks, .g = ws.g, .src_rows = ws.perm, .out = ws.o_p});
+  be_.mark("attn.proj");
   be_.linear({.x = ws.o_p.reshape({n, d}), .w = L.linear_proj, .y = out, .groups = g});
 }
 
 void Dit::dense_mlp(int l, const Tensor& a, const Tensor& out) {
   DitWorkspace& ws = *ws_;
   const DitLayerWeights& L = w_.layers[l];
+  be_.mark("dense_mlp");
   be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3});
   be_.linear({.x = ws.xn, .w = L.up_gate_proj, .y = ws.u, .groups = ws.groups3});
   be_.swiglu7({.u = ws.u, .z = ws.z});
@@ -83,6 +91,7 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
   const int64_t im = arch_.moe_modality_specific_expert_intermediate_size;
   const std::string p = str_cat("l", l, "_");
 
+  be_.mark("moe.split_merge");
   be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3});
   be_.linear({.x = ws.xn, .w = L.split_linear, .y = ws.r, .groups = ws.groups1});
   if (opt.dump) dump(opt, p + "moe_x_heads", ws.r);
@@ -98,6 +107,7 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
                        .index = ws.perm});
     forced = ws.forced;
   }
+  be_.mark("moe.router");
   be_.moe_route({.r = ws.r, .gate = L.router_gate, .bias = w_.selection_bias(l), .idx = ws.topk_idx,
                  .weight = ws.topk_w, .forced_idx = forced, .margin = opt.dump ? ws.margin : Tensor(),
                  .num_heads = mh, .num_experts = ne, .top_k = k,
@@ -113,12 +123,15 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
     opt.dump(p + "moe_topk_idx", idx_o);
     opt.dump(p + "moe_margin", mg_o);
   }
+  be_.mark("moe.routed_experts");
   be_.moe_experts({.r = ws.r, .w_gate = L.w_gate, .w_up = L.w_up, .w_down = L.w_down, .idx = ws.topk_idx,
                    .weight = ws.topk_w, .out = ws.routed, .num_heads = mh, .num_experts = ne, .top_k = k});
+  be_.mark("moe.split_merge");
   be_.linear({.x = ws.routed, .w = L.merge_linear, .y = ws.merged, .groups = ws.groups1});
 
   // Shared + modality-specific shared experts (spec §8.1): SwiGLU7 pairs never
   // cross the boundary between the two fc1 outputs.
+  be_.mark("moe.shared_experts");
   be_.linear({.x = ws.xn, .w = L.shared_fc1, .y = ws.su.slice_cols(0, 2 * ish), .groups = ws.groups1});
   be_.linear({.x = ws.xn, .w = L.msh_fc1, .y = ws.su.slice_cols(2 * ish, 2 * ish + 2 * im), .groups = ws.groups3});
   be_.swiglu7({.u = ws.su, .z = ws.sz});

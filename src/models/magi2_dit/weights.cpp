@@ -111,6 +111,25 @@ std::vector<DitTensorSpec> dit_tensor_specs(const DitArch& arch) {
   return out;
 }
 
+DitWeights DitWeights::generate(const DitArch& arch, const std::function<Tensor(const DitTensorSpec&)>& make) {
+  arch.validate("DitWeights::generate");
+  DitWeights w;
+  w.layers.resize(arch.num_layers);
+  for (int l = 0; l < arch.num_layers; ++l) {
+    w.layers[l].index = l;
+    w.layers[l].mm = arch.is_mm_layer(l);
+    w.layers[l].moe = arch.is_moe_layer(l);
+  }
+  visit_dit_tensors(arch, &w, [&](const std::string& name, const Shape& shape, DType dtype, Tensor* dst) {
+    *dst = make({name, shape, dtype});
+    check_tensor(*dst, shape, dtype, str_cat("generated DiT tensor ", name));
+    MAGI2_CHECK(dst->is_contiguous(), "generated DiT tensor ", name, " is not contiguous");
+    w.num_tensors += 1;
+    w.num_bytes += dst->nbytes();
+  });
+  return w;
+}
+
 DitWeights DitWeights::bind(const Checkpoint& ckpt, const DitArch& arch) {
   DitWeights w;
   w.layers.resize(arch.num_layers);

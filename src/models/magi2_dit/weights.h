@@ -2,6 +2,7 @@
 // module tree of inference/model/magi2_preview.py `Transformer`).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,13 @@
 #include "ops/ops.h"
 
 namespace magi2 {
+
+/// One expected tensor: official name, shape and parameter dtype.
+struct DitTensorSpec {
+  std::string name;
+  Shape shape;
+  DType dtype;
+};
 
 /// One transformer layer's tensors. Modality-specific tensors hold G = 3
 /// stacked sets in mm layers (spec §1.3, §2.8); unused members stay undefined.
@@ -67,18 +75,50 @@ struct DitWeights {
   /// together in one Error naming the checkpoint.
   static DitWeights bind(const Checkpoint& ckpt, const DitArch& arch);
 
+  /// Weights for `arch` without a checkpoint (tests, `magi2 bench`): every
+  /// official tensor is `make(spec)` (which must return a contiguous tensor of
+  /// the spec's shape and dtype, on any device; it may return one storage for
+  /// several specs, e.g. one expert bank shared by every MoE layer). Error when
+  /// `make` returns a tensor of the wrong shape or dtype.
+  static DitWeights generate(const DitArch& arch, const std::function<Tensor(const DitTensorSpec&)>& make);
+
+  /// A copy whose every defined tensor lives on `be`'s device (contiguous),
+  /// uploaded once in one batch (Backend::copy_many: pinned staging, several
+  /// threads). Tensors already on that device are shared, not copied; so are
+  /// tensors that are views of one storage (shared expert banks stay shared).
+  /// Errors: out of device memory names the tensor.
+  DitWeights to_backend(Backend& be) const;
+
+  /// Calls f(name, tensor&) for every tensor member, in module order (the
+  /// names are short labels for messages, not official checkpoint names).
+  template <typename F>
+  void for_each_tensor(F&& f);
+
   /// The selection bias of layer l (see router_bias_from_ema).
   const Tensor& selection_bias(int l) const {
     return router_bias_from_ema ? layers[l].expert_bias_ema : layers[l].expert_bias;
   }
 };
 
-/// One expected tensor: official name, shape and parameter dtype.
-struct DitTensorSpec {
-  std::string name;
-  Shape shape;
-  DType dtype;
-};
+template <typename F>
+void DitWeights::for_each_tensor(F&& f) {
+  f("video_embedder.w", video_embedder_w), f("video_embedder.b", video_embedder_b);
+  f("audio_embedder.w", audio_embedder_w), f("audio_embedder.b", audio_embedder_b);
+  f("text_embedder.w", text_embedder_w), f("text_embedder.b", text_embedder_b);
+  f("rope_bands", rope_bands), f("final_norm_video", final_norm_video), f("final_norm_audio", final_norm_audio);
+  f("final_linear_video", final_linear_video), f("final_linear_audio", final_linear_audio);
+  for (DitLayerWeights& L : layers) {
+    Tensor* ts[] = {&L.mhc_norm, &L.phi_attn, &L.phi_mlp, &L.attn_pre_norm, &L.linear_g, &L.linear_qkv,
+                    &L.linear_proj, &L.sinks, &L.q_norm, &L.k_norm, &L.mlp_pre_norm, &L.up_gate_proj, &L.down_proj,
+                    &L.split_linear, &L.merge_linear, &L.router_gate, &L.w_gate, &L.w_up, &L.w_down,
+                    &L.expert_bias, &L.expert_bias_ema, &L.shared_fc1, &L.shared_fc2, &L.msh_fc1, &L.msh_fc2};
+    for (Tensor* t : ts) f("layer", *t);
+    for (MhcBranchWeights* m : {&L.mhc_attn, &L.mhc_mlp})
+      for (Tensor* t : {&m->alpha_pre, &m->alpha_post, &m->alpha_res, &m->bias_pre, &m->bias_post, &m->bias_res})
+        f("layer.mhc", *t);
+  }
+}
+
 
 /// The full list of official DiT tensor names with shapes and dtypes for an
 /// architecture (spec §2.3-2.7), in module order. Used by the binder, by

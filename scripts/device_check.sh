@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# One command for the H200 (docs/cuda.md "The device loop"): builds the CUDA
+# targets here, bundles them with the libraries the device image lacks, the
+# golden fixtures the CUDA tests read and (when present) the official code for
+# the side-by-side timing, into the git-ignored folder build-device/ of the
+# checkout the device tool sends, and prints the exact `run` call. On the
+# device, build-device/device_run.sh runs every CUDA test, the bench at 272p and
+# 540p and the official layers' timing, and writes logs under $OUT.
+# Usage: bash scripts/device_check.sh [BUILD_DIR]   (default: build-dev, configured
+#   here with FFmpeg and libsndfile off: their shared libraries are ~160 MB, past
+#   the 64 MiB the device tool carries; the device image has neither)
+#   MAGI2_DEVICE_ROOT   checkout the device tool sends (default: this one)
+#   MAGI2_OFFICIAL_DIR  official SandAI tree (default: .oracle/official in that checkout)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-dev}
+if [ ! -f "$build/build.ninja" ]; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+    -DMAGI2_WITH_FFMPEG=OFF -DMAGI2_WITH_SNDFILE=OFF >/dev/null
+fi
+root=${MAGI2_DEVICE_ROOT:-$(pwd)}
+out="$root/build-device"
+tests=$(cd tests/cuda && ls test_cuda_*.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
+benches=$( [ -d bench ] && (cd bench && ls bench_*.cpp 2>/dev/null | sed 's/\.cpp$//') || true)
+# shellcheck disable=SC2086
+bash scripts/cuda_bundle.sh "$build" "$out" magi2 $tests $benches >/dev/null
+mkdir -p "$out/golden"
+cp -r ../shared/golden/dit_tiny "$out/golden/"
+[ -d ../shared/oracle ] && cp -r ../shared/oracle "$out/oracle"
+cat > "$out/device_run.sh" <<RUN
+#!/usr/bin/env bash
+# Runs on the H200: every CUDA test, the bench, the official layers (if carried).
+here=\$(cd "\$(dirname "\$0")" && pwd)
+cd "\$here"
+export MAGI2_GOLDEN_DIR=\$here/golden OUT=\${OUT:-/tmp/out}
+mkdir -p "\$OUT"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "\$OUT/gpu.txt"
+for t in $tests; do
+  timeout \${MAGI2_TEST_TIMEOUT:-300} ./run.sh ./\$t > "\$OUT/\$t.log" 2>&1; echo "\$t: exit \$? (\$(grep -E 'PASSED|FAILED' "\$OUT/\$t.log" | tr '\n' ' '))"
+done
+for b in $benches; do timeout 240 ./run.sh ./\$b > "\$OUT/\$b.log" 2>&1; echo "\$b: exit \$?"; tail -25 "\$OUT/\$b.log"; done
+timeout \${MAGI2_BENCH_TIMEOUT:-400} ./run.sh ./magi2 bench \${MAGI2_BENCH_ARGS:-} --json "\$OUT/bench.json" 2>&1 | tee "\$OUT/bench.log"
+if [ -d "\$here/../.oracle/official" ] && [ -n "\${MAGI2_OFFICIAL_BENCH:-}" ]; then
+  timeout 300 python3 oracle/bench_official_layers.py --official "\$here/../.oracle/official" --stubs oracle/stubs \\
+    --out "\$OUT/official" --part model --attn cudnn --reps 3 2>&1 | tail -30
+fi
+RUN
+chmod +x "$out/device_run.sh"
+du -sh "$out"
+echo "device call: run(carry=[\"build-device\", \".oracle\"], command=\"bash build-device/device_run.sh\")"

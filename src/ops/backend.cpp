@@ -1,0 +1,41 @@
+// Backend helpers shared by every backend: the default step recording and the
+// host <-> device staging helpers declared in ops.h.
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace magi2 {
+
+namespace {
+
+// The CPU's "graph": the body itself, re-run in order on each launch.
+class BodyGraph final : public StepGraph {
+ public:
+  explicit BodyGraph(std::function<void()> body) : body_(std::move(body)) {}
+  void launch() override { body_(); }
+
+ private:
+  std::function<void()> body_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepGraph> Backend::capture(std::function<void()> body) {
+  MAGI2_CHECK(static_cast<bool>(body), "capture: empty step body");
+  return std::make_unique<BodyGraph>(std::move(body));
+}
+
+Tensor to_backend(Backend& be, const Tensor& t) {
+  if (!t.defined() || (t.device() == be.device() && t.is_contiguous())) return t;
+  Tensor d = be.alloc(t.shape(), t.dtype());
+  be.copy({.src = t, .dst = d});  // copy takes contiguous or 2-D row-strided views
+  return d;
+}
+
+Tensor to_host(Backend& be, const Tensor& t) {
+  if (!t.defined() || (t.device() == Device::CPU && t.is_contiguous())) return t;
+  Tensor h = Tensor::empty(t.shape(), t.dtype());
+  be.copy({.src = t, .dst = h});
+  return h;
+}
+
+}  // namespace magi2

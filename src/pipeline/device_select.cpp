@@ -1,0 +1,30 @@
+#include "pipeline/device_select.h"
+
+#include "core/error.h"
+#if defined(MAGI2_HAVE_CUDA)
+#include "cuda/backend_cuda.h"
+#endif
+
+namespace magi2 {
+
+bool cuda_available() {
+#if defined(MAGI2_HAVE_CUDA)
+  return cuda_device_count() > 0;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend_for(const std::string& device, int threads) {
+  MAGI2_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device must be auto, cpu or cuda, got '",
+              device, "'");
+  if (device == "cpu" || (device == "auto" && !cuda_available())) return make_cpu_backend(threads);
+#if defined(MAGI2_HAVE_CUDA)
+  MAGI2_CHECK(cuda_device_count() > 0, "--device cuda: no CUDA GPU is visible (driver missing or no device)");
+  return make_cuda_backend(0);
+#else
+  throw Error("--device cuda: this build has no CUDA backend (configure with -DMAGI2_CUDA=ON and nvcc)");
+#endif
+}
+
+}  // namespace magi2

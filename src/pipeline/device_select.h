@@ -1,0 +1,20 @@
+// Choosing the backend that runs the DiT and its denoising loop (`--device`).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "ops/ops.h"
+
+namespace magi2 {
+
+/// Whether this build has the CUDA backend and a GPU is visible (never throws).
+bool cuda_available();
+
+/// The backend named by `device`: "cpu" (the reference backend with `threads`
+/// OpenMP threads, 0 = all), "cuda" (GPU 0) or "auto" (cuda when
+/// cuda_available(), else cpu). Errors: an unknown name, or "cuda" in a build
+/// without CUDA or on a machine without a GPU (one line saying which).
+std::unique_ptr<Backend> make_backend_for(const std::string& device, int threads);
+
+}  // namespace magi2

@@ -1,0 +1,284 @@
+// `magi2 bench`: the denoising step at the real widths with seeded random
+// weights, graph-replayed, with a per-component breakdown, the FLOP rate and
+// the bf16 GEMM ceiling measured in the same run (docs/perf.md records results).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "io/mmap_file.h"
+#include "io/safetensors.h"
+#include "engine/model_files.h"
+#include "models/magi2_dit/dit.h"
+#include "pipeline/denoise_loop.h"
+#include "pipeline/device_select.h"
+#include "pipeline/generate.h"
+#include "engine/tiny_model.h"
+#if defined(MAGI2_HAVE_CUDA)
+#include "cuda/backend_cuda.h"
+#endif
+
+namespace magi2::cli {
+namespace {
+
+struct BenchArgs {
+  std::string config, device = "auto", json, resolutions = "272p,540p";
+  int layers = 0, steps = 5, warmup = 1;
+  int64_t text_cond = 300, text_uncond = 400;  // the token counts of shared/perf-anchor.md
+  bool profile = true;
+};
+
+using clock_t_ = std::chrono::steady_clock;
+double ms_between(clock_t_::time_point a, clock_t_::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+// The first L layers of the release arch, keeping its layer kinds: mm at both
+// ends, MoE in between (as 2..37 of 40).
+DitArch cut_arch(DitArch a, int layers) {
+  if (layers <= 0 || layers >= a.num_layers) return a;
+  MAGI2_CHECK(layers >= 1, "--layers must be >= 1");
+  a.num_layers = layers;
+  a.mm_layers.clear();
+  for (int l : {0, 1, layers - 2, layers - 1})
+    if (l >= 0 && (a.mm_layers.empty() || a.mm_layers.back() < l)) a.mm_layers.push_back(l);
+  a.moe_layers.clear();
+  for (int l = 2; l < layers - 2; ++l) a.moe_layers.push_back(l);
+  a.validate("bench (cut to --layers)");
+  return a;
+}
+
+// FLOP of one step by component (2 per multiply-add), from the shapes.
+std::map<std::string, double> step_flops(const DitArch& a, const PackingPlan& plan) {
+  const double n = static_cast<double>(plan.total_tokens), d = a.hidden_size, h = a.num_heads_q(), hd = a.head_dim;
+  double attn_sq = 0;
+  const int32_t* cu = plan.cu_seqlens.data_as<int32_t>();
+  for (int64_t b = 0; b + 1 < plan.cu_seqlens.numel(); ++b) attn_sq += double(cu[b + 1] - cu[b]) * (cu[b + 1] - cu[b]);
+  const double nl = a.num_layers, nm = static_cast<double>(a.moe_layers.size()), nd = nl - nm;
+  const double di = a.dense_intermediate(), mh = a.moe_num_heads, k = a.moe_top_k, dh = a.moe_head_dim();
+  const double de = a.moe_expert_intermediate_size;
+  const double sh = a.moe_shared_expert_intermediate_size + a.moe_modality_specific_expert_intermediate_size;
+  std::map<std::string, double> f;
+  f["attn.core"] = nl * 4 * h * hd * attn_sq;
+  f["attn.proj"] = nl * 2 * n * d * (3 * d + h + d);
+  f["dense_mlp"] = nd * 2 * n * d * 3 * di;
+  f["moe.split_merge"] = nm * 2 * 2 * n * d * d;
+  f["moe.router"] = nm * 2 * n * d * a.moe_num_experts;
+  f["moe.routed_experts"] = nm * 2 * n * mh * k * 3 * dh * de;
+  f["moe.shared_experts"] = nm * 2 * n * d * 3 * sh;
+  f["mhc"] = nl * 2 * 2 * n * a.virtual_width() * 24;
+  return f;
+}
+
+// bf16 GEMM rate of this backend at 8192^3 (512^3 on the CPU) (the ceiling every TFLOP/s is read against).
+double gemm_ceiling_tflops(Backend& be) {
+  const int64_t m = be.device() == Device::CPU ? 512 : 8192;
+  Tensor x = be.alloc({m, m}, DType::BF16), w = be.alloc({m, m}, DType::BF16), y = be.alloc({m, m}, DType::BF16);
+  be.zero(x);  // values do not change the schedule; zeros are fine for a ceiling of the library
+  be.zero(w);
+  std::vector<double> ms;
+  for (int i = 0; i < 8; ++i) {
+    be.synchronize();
+    const auto t0 = clock_t_::now();
+    be.linear({.x = x, .w = w, .y = y, .groups = Groups::single(m)});
+    be.synchronize();
+    if (i >= 2) ms.push_back(ms_between(t0, clock_t_::now()));
+  }
+  return 2.0 * m * m * m / (median(ms) * 1e-3) / 1e12;
+}
+
+nlohmann::json bench_one(const BenchArgs& a, const Magi2Config& cfg, const std::string& res, Backend& be) {
+  const DitArch arch = cut_arch(cfg.arch, a.layers);
+  MAGI2_CHECK(res == "272p" || res == "540p", "--resolutions: unknown resolution '", res, "' (272p or 540p)");
+  const LatentShape ls = res == "272p" ? latent_shape_for_clip(10.0, 448, 256) : latent_shape_for_clip(10.0, 896, 512);
+
+  // Random weights; all MoE layers share one expert bank (bf16 banks of 40
+  // layers are 217 GB: they cannot all be resident on one GPU).
+  std::map<std::string, Tensor> shared;
+  const auto t_gen = clock_t_::now();
+  DitWeights host = DitWeights::generate(arch, [&](const DitTensorSpec& s) {
+    for (const char* bank : {"moe_mlp.W_gate", "moe_mlp.W_up", "moe_mlp.W_down"})
+      if (s.name.ends_with(bank)) {
+        auto it = shared.find(bank);
+        if (it == shared.end()) it = shared.emplace(bank, random_dit_tensor(s, 7, true)).first;
+        return it->second;
+      }
+    return random_dit_tensor(s, 7, true);
+  });
+  const double gen_ms = ms_between(t_gen, clock_t_::now());
+  size_t unique_bytes = 0;
+  {
+    std::map<const void*, size_t> seen;
+    host.for_each_tensor([&](const char*, Tensor& t) {
+      if (t.defined()) seen[t.data()] = t.nbytes();
+    });
+    for (auto& [p, b] : seen) unique_bytes += b;
+  }
+  const auto t_up = clock_t_::now();
+  const DitWeights w = be.device() == Device::CPU ? host : host.to_backend(be);
+  be.synchronize();
+  const double upload_ms = ms_between(t_up, clock_t_::now());
+  host = DitWeights();
+  shared.clear();
+  Dit dit(arch, w, be);
+
+  PackingShapes sh;
+  sh.latent = ls;
+  sh.text_channels = arch.text_in_channels;
+  sh.text_len_cond = a.text_cond;
+  sh.text_len_uncond = a.text_uncond;
+  const PackingPlan plan = make_packing_plan(sh);
+  PackingConditioning cond;
+  cond.text_cond = random_dit_tensor({"moe_mlp.gate", {a.text_cond, arch.text_in_channels}, DType::BF16}, 1, true);
+  cond.text_uncond = random_dit_tensor({"moe_mlp.gate", {a.text_uncond, arch.text_in_channels}, DType::BF16}, 2, true);
+  FlowUniPC sched;
+  const int total_steps = 1 + a.warmup + a.steps + 1;
+  sched.set_timesteps(total_steps, cfg.eval.shift);
+  DenoiseSetup setup;
+  setup.plan = &plan;
+  setup.x_static = pack_static_tokens(plan, cond);
+  setup.timesteps = sched.timesteps();
+  setup.solver = sched.step_table();
+  setup.latent = random_dit_tensor({"moe_mlp.gate", {1, ls.channels, ls.frames, ls.height, ls.width}, DType::F32}, 3, true);
+  setup.audio_latent = random_dit_tensor({"moe_mlp.gate", {1, ls.audio_frames, 64}, DType::F32}, 4, true);
+  DenoiseLoop loop(dit, setup);
+
+  auto t0 = clock_t_::now();
+  loop.step();
+  be.synchronize();
+  const double first_ms = ms_between(t0, clock_t_::now());
+  t0 = clock_t_::now();
+  loop.capture();
+  const double capture_ms = ms_between(t0, clock_t_::now());
+  std::vector<double> step_ms, cpu_ms;
+  for (int i = 0; i < a.warmup + a.steps; ++i) {
+    be.synchronize();
+    const auto s0 = clock_t_::now();
+    loop.replay();
+    const auto s1 = clock_t_::now();
+    be.synchronize();
+    const auto s2 = clock_t_::now();
+    if (i >= a.warmup) {
+      step_ms.push_back(ms_between(s0, s2));
+      cpu_ms.push_back(ms_between(s0, s1));
+    }
+  }
+  std::map<std::string, double> regions;
+#if defined(MAGI2_HAVE_CUDA)
+  if (a.profile && be.device() == Device::CUDA) {
+    cuda_profile_begin(be);
+    loop.step();
+    regions = cuda_profile_end(be);
+  }
+#endif
+  const auto flops = step_flops(arch, plan);
+  double total_flop = 0;
+  for (auto& [k, v] : flops) total_flop += v;
+  const double step = median(step_ms);
+  const double ceiling = gemm_ceiling_tflops(be);
+  nlohmann::json j = {{"resolution", res},
+                      {"tokens", plan.total_tokens},
+                      {"samples", {plan.branches[0].length, plan.branches[1].length}},
+                      {"layers", arch.num_layers},
+                      {"moe_layers", arch.moe_layers.size()},
+                      {"expert_banks", "one bf16 bank shared by every MoE layer (bf16 banks of all layers do not fit)"},
+                      {"weights_unique_bytes", unique_bytes},
+                      {"weights_generate_ms", gen_ms},
+                      {"weights_upload_ms", upload_ms},
+                      {"weights_upload_gb_per_s", unique_bytes / (upload_ms * 1e-3) / 1e9},
+                      {"workspace_bytes", dit.workspace_bytes() + loop.bytes()},
+                      {"first_step_ms", first_ms},
+                      {"capture_ms", capture_ms},
+                      {"step_ms_median", step},
+                      {"step_ms", step_ms},
+                      {"cpu_ms_per_replayed_step", median(cpu_ms)},
+                      {"tflops", total_flop / (step * 1e-3) / 1e12},
+                      {"gemm_ceiling_tflops", ceiling},
+                      {"fraction_of_ceiling", total_flop / (step * 1e-3) / 1e12 / ceiling},
+                      {"flop", flops}};
+  double eager_sum = 0;
+  nlohmann::json comp = nlohmann::json::object();
+  for (auto& [name, ms] : regions) {
+    eager_sum += ms;
+    const double f = flops.count(name) ? flops.at(name) : 0.0;
+    comp[name] = {{"ms", ms}, {"tflops", f > 0 ? f / (ms * 1e-3) / 1e12 : 0.0}};
+  }
+  if (!regions.empty()) {
+    j["components_eager_ms"] = comp;
+    j["eager_profiled_step_ms"] = eager_sum;
+  }
+  return j;
+}
+
+int run_bench(const BenchArgs& a) {
+  MAGI2_CHECK(a.steps >= 1 && a.steps <= 1000, "--steps must be in [1, 1000], got ", a.steps);
+  MAGI2_CHECK(a.warmup >= 0 && a.warmup <= 100, "--warmup must be in [0, 100], got ", a.warmup);
+  MAGI2_CHECK(a.layers >= 0 && a.layers <= 1000, "--layers must be in [0, 1000], got ", a.layers);
+  if (!a.json.empty()) check_output_path(a.json, "--json");
+  const Magi2Config cfg = a.config.empty() ? Magi2Config::release() : Magi2Config::from_file(a.config);
+  auto be = make_backend_for(a.device, 0);
+  nlohmann::json out = {{"backend", be->name()}, {"config", cfg.source}, {"runs", nlohmann::json::array()}};
+  std::string list = a.resolutions;
+  for (size_t pos = 0; pos <= list.size();) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string res = list.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (res.empty()) continue;
+    const nlohmann::json j = bench_one(a, cfg, res, *be);
+    out["runs"].push_back(j);
+    std::printf("bench %s: %lld tokens, %d layers: step %.1f ms median of %d (graph replay; CPU %.3f ms/step), "
+                "%.0f TFLOP/s = %.2f of the %.0f TFLOP/s bf16 GEMM ceiling; first step %.1f ms, capture %.1f ms, "
+                "weights %.2f GB uploaded at %.1f GB/s\n",
+                res.c_str(), j["tokens"].get<long long>(), j["layers"].get<int>(), j["step_ms_median"].get<double>(),
+                a.steps, j["cpu_ms_per_replayed_step"].get<double>(), j["tflops"].get<double>(),
+                j["fraction_of_ceiling"].get<double>(), j["gemm_ceiling_tflops"].get<double>(),
+                j["first_step_ms"].get<double>(), j["capture_ms"].get<double>(),
+                j["weights_unique_bytes"].get<double>() / 1e9, j["weights_upload_gb_per_s"].get<double>());
+    if (j.contains("components_eager_ms"))
+      for (auto& [name, c] : j["components_eager_ms"].items())
+        std::printf("  %-22s %10.2f ms  %7.1f TFLOP/s\n", name.c_str(), c["ms"].get<double>(),
+                    c["tflops"].get<double>());
+    std::fflush(stdout);
+  }
+  if (!a.json.empty()) write_file_atomic(a.json, out.dump(2) + "\n");
+  return 0;
+}
+
+}  // namespace
+
+Command bench_command() {
+  auto args = std::make_shared<BenchArgs>();
+  Command c;
+  c.add_fn = [args](CLI::App& app) {
+    CLI::App* s = app.add_subcommand("bench", "time the denoising step at the real widths (random weights)");
+    s->add_option("--config", args->config, "config in the official JSON layout (default: built-in release)")
+        ->envname("MAGI2_BENCH_CONFIG");
+    s->add_option("--device", args->device, "auto, cuda or cpu")->envname("MAGI2_BENCH_DEVICE")->capture_default_str();
+    s->add_option("--resolutions", args->resolutions, "comma-separated: 272p, 540p")
+        ->envname("MAGI2_BENCH_RESOLUTIONS")
+        ->capture_default_str();
+    s->add_option("--layers", args->layers, "first N layers of the config (0: all), layer kinds kept")
+        ->envname("MAGI2_BENCH_LAYERS");
+    s->add_option("--steps", args->steps, "timed graph replays (median reported)")
+        ->envname("MAGI2_BENCH_STEPS")
+        ->capture_default_str();
+    s->add_option("--warmup", args->warmup, "untimed replays first")->envname("MAGI2_BENCH_WARMUP")->capture_default_str();
+    s->add_flag("!--no-profile", args->profile, "skip the instrumented per-component pass")
+        ->envname("MAGI2_BENCH_PROFILE");
+    s->add_option("--json", args->json, "write the results as JSON")->envname("MAGI2_BENCH_JSON");
+    return s;
+  };
+  c.run = [args]() { return run_bench(*args); };
+  return c;
+}
+
+}  // namespace magi2::cli
