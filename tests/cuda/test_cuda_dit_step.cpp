@@ -100,7 +100,7 @@ TEST_F(CudaDitStep, MidSizeRandomDitMatchesCpu) {
   DitRunOptions dump_opt;
   dump_opt.dump = [&](const std::string& name, const Tensor& t) {
     for (int l : a.moe_layers)
-      if (name == "l" + std::to_string(l) + "_moe_topk_idx") routes[l] = t.clone();
+      if (name == str_cat("l", l, "_moe_topk_idx")) routes[l] = t.clone();
   };
   const Tensor cpu_out = cpu_dit.forward(in, dump_opt).clone();
   // Natural routing on both backends (the router is bit-exact, the GEMMs are
@@ -216,7 +216,7 @@ TEST_F(CudaDitStep, TeacherForcedGoldenLoopOnCuda) {
   req.init_audio_latent = sampler->tensor("loop_init_audio_latent");
   req.routing_override.resize(g.config.arch.num_layers);
   for (int l : g.config.arch.moe_layers)
-    req.routing_override[l] = sampler->tensor("loop_l" + std::to_string(l) + "_moe_topk_idx");
+    req.routing_override[l] = sampler->tensor(str_cat("loop_l", l, "_moe_topk_idx"));
   double worst_v = 0, worst_a = 0;
   req.on_step = [&](GenerateStep& st) {
     Tensor rv = gv.slice_rows(st.step, st.step + 1).reshape(st.latent.shape());
