@@ -52,7 +52,7 @@ DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, Ba
   for (const Tensor* t : {&x_p, &temb_p, &rope, &h0, &state, &logits, &h_pre, &h_post, &h_res, &branch_in,
                           &branch_out, &xn, &g, &qkv, &lse, &q, &k, &v, &o, &o_p, &u, &z, &r, &routed, &merged,
                           &su, &sz, &s2, &m2, &topk_idx, &topk_w, &margin, &forced, &fin, &out_p, &out, &x_in,
-                          &coords_in, &temb_in, &lse})
+                          &coords_in, &temb_in})
     if (t->defined()) bytes += t->nbytes();
 }
 
