@@ -21,7 +21,7 @@ fi
 root=${MAGI2_DEVICE_ROOT:-$(pwd)}
 out="$root/build-device"
 tests=$(cd tests/cuda && ls test_cuda_*.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
-benches=$( [ -d bench ] && (cd bench && ls bench_*.cpp 2>/dev/null | sed 's/\.cpp$//') || true)
+benches=$( [ -d bench ] && (cd bench && ls bench_*.cpp 2>/dev/null | sed 's/\.cpp$//' | tr '\n' ' ') || true)
 # shellcheck disable=SC2086
 bash scripts/cuda_bundle.sh "$build" "$out" magi2 $tests $benches >/dev/null
 mkdir -p "$out/golden"
@@ -38,11 +38,13 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | 
 for t in $tests; do
   timeout \${MAGI2_TEST_TIMEOUT:-300} ./run.sh ./\$t > "\$OUT/\$t.log" 2>&1; echo "\$t: exit \$? (\$(grep -E 'PASSED|FAILED' "\$OUT/\$t.log" | tr '\n' ' '))"
 done
-for b in $benches; do timeout 240 ./run.sh ./\$b > "\$OUT/\$b.log" 2>&1; echo "\$b: exit \$?"; tail -25 "\$OUT/\$b.log"; done
 timeout \${MAGI2_BENCH_TIMEOUT:-400} ./run.sh ./magi2 bench \${MAGI2_BENCH_ARGS:-} --json "\$OUT/bench.json" 2>&1 | tee "\$OUT/bench.log"
+for b in $benches; do timeout \${MAGI2_KERNEL_BENCH_TIMEOUT:-120} ./run.sh ./\$b > "\$OUT/\$b.log" 2>&1; echo "\$b: exit \$?"; tail -25 "\$OUT/\$b.log"; done
+# The same layers through the official PyTorch code (shared/oracle), when its tree is carried as .oracle/official.
 if [ -d "\$here/../.oracle/official" ] && [ -n "\${MAGI2_OFFICIAL_BENCH:-}" ]; then
-  timeout 300 python3 oracle/bench_official_layers.py --official "\$here/../.oracle/official" --stubs oracle/stubs \\
-    --out "\$OUT/official" --part model --attn cudnn --reps 3 2>&1 | tail -30
+  PYTHONUNBUFFERED=1 timeout \${MAGI2_OFFICIAL_TIMEOUT:-200} python3 oracle/bench_official_layers.py \\
+    --official "\$here/../.oracle/official" --stubs oracle/stubs --out "\$OUT/official" --part model --attn cudnn \\
+    --reps 3 --deadline-s \${MAGI2_OFFICIAL_DEADLINE:-180} 2>&1 | tail -40
 fi
 RUN
 chmod +x "$out/device_run.sh"
