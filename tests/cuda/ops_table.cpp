@@ -1,20 +1,24 @@
 // The entries of the backend op table (ops_table.h). Shapes follow the DiT
 // (spec magi2-dit.md: D = 3072, 24 heads x 128, I = 8192, 16 RoPE bands per
-// axis, 4 mHC streams, MoE heads of d_head 256); "2048 tokens" is the release
-// width where the CPU reference stays cheap. Tolerances are the ones stated by
-// tests/cuda/test_cuda_{backend,attention,mhc_moe,moe_grouped}.cpp.
+// axis, 4 mHC streams, MoE heads of d_head 256) and the sampler ops of the
+// device-resident step; "2048 tokens" is the release width where the CPU
+// reference stays cheap. Tolerances are the ones stated by
+// tests/cuda/test_cuda_{backend,attention,mhc_moe,moe_grouped,dit_step}.cpp.
 #include "ops_table.h"
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <tuple>
 #include <utility>
 
 #include "core/error.h"
+#include "ops/numerics.h"
+#include "pipeline/flow_unipc.h"
 
 namespace magi2::test {
 
@@ -280,6 +284,69 @@ Tensor video_coords(int64_t f, int64_t hh, int64_t ww, const std::array<float, 3
   return c;
 }
 
+/// The sampler ops (spec pipeline §4-5) on latents of n f32 elements; every one bit-exact.
+std::vector<OpEntry> sampler_entries(int64_t n, const std::string& what) {
+  std::vector<OpEntry> e;
+  e.push_back({"copy_elems", what + ", permuted source", exact(), 0, [=](Backend& be, uint64_t seed) {
+                 CaseBuilder b(be, seed);
+                 const CopyElemsParams p{.src = b.in(b.uniform({n}, kF32, -3.f, 3.f)),
+                                         .dst = b.inout(b.uniform({n}, kF32, -1.f, 1.f)),
+                                         .src_index = b.in_i32(permutation(b, n))};
+                 return b.done([&be, p] { be.copy_elems(p); });
+               }});
+  e.push_back({"cfg_combine", what + ", scale 5", exact(), 0, [=](Backend& be, uint64_t seed) {
+                 CaseBuilder b(be, seed);
+                 const CfgCombineParams p{.pred = b.in(b.uniform({2, n}, kF32, -3.f, 3.f)), .v = b.out({n}, kF32),
+                                          .scale = 5.f};
+                 return b.done([&be, p] { be.cfg_combine(p); });
+               }});
+  for (const int step : {0, 3}) {  // step 0: predictor only; step 3: UniC corrector and order 2
+    e.push_back({"flow_unipc_step", str_cat(what, ", step ", step, " of 7, shift 7"), exact(), 0,
+                 [=](Backend& be, uint64_t seed) {
+                   CaseBuilder b(be, seed);
+                   FlowUniPC sched;
+                   sched.set_timesteps(7, 7.0);
+                   const std::vector<UniPcStepCoef> rows = sched.step_table();
+                   Tensor coef = Tensor::empty({static_cast<int64_t>(rows.size()), 16}, kF32);
+                   std::memcpy(coef.data(), rows.data(), rows.size() * sizeof(UniPcStepCoef));
+                   Tensor sample = b.inout(b.uniform({n}, kF32, -3.f, 3.f)), v = b.in(b.uniform({n}, kF32, -3.f, 3.f));
+                   Tensor last = b.inout(b.uniform({n}, kF32, -3.f, 3.f)), m0 = b.inout(b.uniform({n}, kF32, -3.f, 3.f));
+                   const FlowUniPCStepParams p{.sample = sample, .v = v, .last = last, .m0 = m0,
+                                               .m1 = b.inout(b.uniform({n}, kF32, -3.f, 3.f)), .coef = b.in(coef),
+                                               .step = b.in_i32({step})};
+                   return b.done([&be, p] { be.flow_unipc_step(p); });
+                 }});
+  }
+  e.push_back({"nonfinite_check", what + ", one NaN", exact(), 0, [=](Backend& be, uint64_t seed) {
+                 CaseBuilder b(be, seed);
+                 Tensor x = b.uniform({n}, kF32, -3.f, 3.f);
+                 x.data_as<float>()[n / 3] = std::numeric_limits<float>::quiet_NaN();
+                 const int32_t none = std::numeric_limits<int32_t>::max();
+                 const NonfiniteCheckParams p{.x = b.in(x), .first = b.inout(Tensor::from_i32({2}, {none, none})),
+                                              .step = b.in_i32({4}), .slot = 1};
+                 return b.done([&be, p] { be.nonfinite_check(p); });
+               }});
+  return e;
+}
+
+/// fill_rows and advance_step: the step counter's ops (tiny; launch-bound).
+std::vector<OpEntry> step_counter_entries() {
+  std::vector<OpEntry> e;
+  e.push_back({"fill_rows", "table 7x1024, step 3, 512 of 2048 rows", exact(), 0, [](Backend& be, uint64_t seed) {
+                 CaseBuilder b(be, seed);
+                 const FillRowsParams p{.table = b.in(b.uniform({7, 1024}, kF32, -1.f, 1.f)), .step = b.in_i32({3}),
+                                        .rows = b.in_i32(draws(b, 512, 2048)),
+                                        .out = b.inout(b.uniform({2048, 1024}, kF32, -1.f, 1.f))};
+                 return b.done([&be, p] { be.fill_rows(p); });
+               }});
+  e.push_back({"advance_step", "counter [1] i32 from 41", exact(), 0, [](Backend& be, uint64_t seed) {
+                 CaseBuilder b(be, seed);
+                 const AdvanceStepParams p{.step = b.inout(Tensor::from_i32({1}, {41}))};
+                 return b.done([&be, p] { be.advance_step(p); });
+               }});
+  return e;
+}
+
 }  // namespace
 
 std::vector<OpEntry> backend_op_table() {
@@ -393,6 +460,10 @@ std::vector<OpEntry> backend_op_table() {
   t.push_back(moe_experts_entry(127, 64, 64, 4, 16, 4));
   t.push_back(moe_experts_entry(200, 256, 1280, 2, 16, 6));
   t.push_back(moe_experts_entry(2048, 256, 1280, 2, 16, 6));
+
+  for (OpEntry& e : sampler_entries(2048 * 192, "2048x192 latent elements")) t.push_back(std::move(e));
+  for (OpEntry& e : sampler_entries(100003, "100003 elements (odd)")) t.push_back(std::move(e));
+  for (OpEntry& e : step_counter_entries()) t.push_back(std::move(e));
   return t;
 }
 
