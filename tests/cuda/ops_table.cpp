@@ -167,7 +167,9 @@ OpEntry attention_entry(std::vector<int32_t> cu, int64_t h, int64_t hd, int head
   }
   const std::string s = lens + " tokens, " + dims({h, hd}) + (head_begin ? ", head slice" : "") +
                         (q_range > 4 ? ", peaky" : "");
-  return {"attention", s, rel_rms(1e-4, 8e-3), flops, [=](Backend& be, uint64_t seed) {
+  // The CUDA attention op runs cuDNN SDPA (P rounded to bf16 before P V, as the official FA3) against the
+  // fp32-P CPU reference: test_cuda_attn_cudnn's bounds (measured on the H200: rel-RMS 1.3-2.2e-3).
+  return {"attention", s, rel_rms(5e-3, 0.05), flops, [=](Backend& be, uint64_t seed) {
             CaseBuilder b(be, seed);
             Tensor q = b.in(b.uniform({t, h, hd}, kBf16, -q_range, q_range));
             Tensor k = b.in(b.uniform({t, h, hd}, kBf16, -1.7f, 1.7f));
