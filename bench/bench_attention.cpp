@@ -38,26 +38,7 @@ struct Bench {
   int reps;
 
   /// Median milliseconds of `f` over `reps` runs after 3 warm-ups.
-  double time(const std::function<void()>& f) {
-    for (int i = 0; i < 3; ++i) f();
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    std::vector<double> ms;
-    for (int r = 0; r < reps; ++r) {
-      cudaEventRecord(e0, s);
-      f();
-      cudaEventRecord(e1, s);
-      cudaEventSynchronize(e1);
-      float m = 0;
-      cudaEventElapsedTime(&m, e0, e1);
-      ms.push_back(m);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  }
+  double time(const std::function<void()>& f) { return cuda_median_ms(s, f, reps, 3); }
 };
 
 std::mt19937 rng(2026);

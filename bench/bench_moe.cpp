@@ -62,26 +62,7 @@ struct Bench {
   }
 
   // Median milliseconds of f (CUDA events), kReps runs after kWarm warm-ups.
-  double median_ms(const std::function<void()>& f) {
-    for (int i = 0; i < kWarm; ++i) f();
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    std::vector<float> ms;
-    for (int i = 0; i < kReps; ++i) {
-      cudaEventRecord(e0, s);
-      f();
-      cudaEventRecord(e1, s);
-      cudaEventSynchronize(e1);
-      float v = 0;
-      cudaEventElapsedTime(&v, e0, e1);
-      ms.push_back(v);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  }
+  double median_ms(const std::function<void()>& f) { return cuda_median_ms(s, f, kReps, kWarm); }
 
   // Per-stage medians of the grouped experts (events at the runner's marks).
   std::vector<double> stage_ms(cuda::MoeExpertsRunner& run, const MoeExpertsParams& p) {

@@ -2,6 +2,7 @@
 // headers, so model code and tools can include it in any build.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +26,13 @@ int cuda_device_count();
 /// The backend's CUDA stream as an opaque `cudaStream_t` (for events and
 /// timing in tests and benchmarks). Error unless `b` is a CUDA backend.
 void* cuda_stream_of(Backend& b);
+
+/// Median milliseconds of `f` over `reps` timed runs after `warmup` untimed
+/// ones (the mean of the middle two for an even `reps`). `f` enqueues its work
+/// on `stream` (an opaque `cudaStream_t`, e.g. from cuda_stream_of); each run is
+/// bracketed by CUDA events on that stream and waited for. Benchmarks and perf
+/// lines only. Errors: Error on a CUDA failure or `reps` < 1.
+double cuda_median_ms(void* stream, const std::function<void()>& f, int reps = 20, int warmup = 3);
 
 /// Starts timing the regions of Backend::mark on a CUDA backend (eager runs
 /// only: do not capture while profiling). Error unless `b` is a CUDA backend.

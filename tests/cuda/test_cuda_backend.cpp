@@ -248,25 +248,7 @@ TEST_F(CudaBackendTest, UnimplementedOpsSayWhich) {
 /// Median of `reps` event-timed calls of f (after 3 warm-ups), in ms.
 template <typename F>
 double median_ms(Backend& b, F&& f, int reps = 20) {
-  auto s = static_cast<cudaStream_t>(cuda_stream_of(b));
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<double> ms;
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(e0, s);
-    f();
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    float v = 0;
-    cudaEventElapsedTime(&v, e0, e1);
-    ms.push_back(v);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return cuda_median_ms(cuda_stream_of(b), f, reps, 3);
 }
 
 /// Fast non-zero bf16 fill on the host (uniform in about [-1, 1) * scale).

@@ -148,25 +148,7 @@ TEST_F(CudaBackendOpsTest, EveryOpMatchesTheCpuWithinItsTolerance) {
 /// Median of 10 event-timed runs of f on the backend's stream after 2 warm-ups, in ms.
 template <typename F>
 double median_ms(Backend& b, F&& f) {
-  auto s = static_cast<cudaStream_t>(cuda_stream_of(b));
-  for (int i = 0; i < 2; ++i) f();
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<double> ms;
-  for (int i = 0; i < 10; ++i) {
-    cudaEventRecord(e0, s);
-    f();
-    cudaEventRecord(e1, s);
-    cudaEventSynchronize(e1);
-    float v = 0;
-    cudaEventElapsedTime(&v, e0, e1);
-    ms.push_back(v);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  std::sort(ms.begin(), ms.end());
-  return (ms[4] + ms[5]) / 2;
+  return cuda_median_ms(cuda_stream_of(b), f, 10, 2);
 }
 
 TEST_F(CudaBackendOpsTest, PerfOfEveryOpAgainstMeasuredCeilings) {
