@@ -2,8 +2,10 @@
 // experts, top-6, d_head 256, d_expert 1280) with random weights and natural
 // routing: the router, the routed experts (sort + gather, W13, SwiGLU7, W2,
 // combine and the total), the same with skewed forced routing (one expert
-// taking 8,192 rows), and one mHC branch boundary pair at D = 3072; next to a
-// cuBLASLt bf16 8192^3 GEMM of the same run. Not a test: prints a markdown
+// taking 8,192 rows), and one mHC branch boundary pair at D = 3072; the router
+// and mHC both as the reference kernels and as the opt-in fused ones
+// (src/cuda/fused_kernels.h); next to a cuBLASLt bf16 8192^3 GEMM and a
+// device-to-device copy of the same run. Not a test: prints a markdown
 // table (docs/perf.md). Usage: bench_moe [tokens ...] (default 29872 115888,
 // the 272p and 540p packings of ../shared/perf-anchor.md).
 #include <cuda_runtime.h>
@@ -23,6 +25,7 @@
 #include "core/tensor.h"
 #include "cuda/backend_cuda.h"
 #include "cuda/cuda_common.h"
+#include "cuda/fused_kernels.h"
 #include "cuda/mhc_moe.h"
 #include "ops/ops.h"
 
@@ -102,6 +105,12 @@ void row(const char* what, double ms, double flop, double ceiling) {
   }
 }
 
+// A bandwidth-bound row: GB/s of the bytes it must move and the fraction of the copy ceiling.
+void row_gbs(const char* what, double ms, double bytes, double copy_gbs) {
+  const double gbs = bytes / ms * 1e-6;
+  std::printf("| %s | %.3f | %.0f GB/s | %.2f of copy |\n", what, ms, gbs, gbs / copy_gbs);
+}
+
 int run(int argc, char** argv) {
   std::vector<int64_t> tokens;
   for (int i = 1; i < argc; ++i) {
@@ -125,16 +134,31 @@ int run(int argc, char** argv) {
     std::printf("cuBLASLt bf16 8192^3: %.3f ms, %.0f TFLOP/s (the ceiling column's unit)\n", ms, ceiling);
   }
 
+  // Same-run bandwidth ceiling: a 2 GiB device-to-device copy (read + write counted).
+  double copy_gbs = 0;
+  {
+    Tensor src = b.be->alloc({int64_t{1} << 30}, DType::BF16), dst = b.be->alloc({int64_t{1} << 30}, DType::BF16);
+    const double ms = b.median_ms([&] {
+      MAGI2_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, b.s));
+    });
+    copy_gbs = 2.0 * static_cast<double>(src.nbytes()) / ms * 1e-6;
+    std::printf("device copy 2 x 2 GiB: %.3f ms, %.0f GB/s (the GB/s rows' ceiling)\n", ms, copy_gbs);
+  }
+
   const float ga = 1.7f / std::sqrt(static_cast<float>(kDh));
   Tensor gate = b.fill({nf, kDh}, DType::F32, ga), bias = b.fill({nf}, DType::F32, 0.05f);
   Tensor w_gate = b.fill({nf, kDh, kDe}, DType::BF16, 3.f / std::sqrt(static_cast<float>(kDh)));
   Tensor w_up = b.fill({nf, kDh, kDe}, DType::BF16, 3.f / std::sqrt(static_cast<float>(kDh)));
   Tensor w_down = b.fill({nf, kDe, kDh}, DType::BF16, 1.7f / std::sqrt(static_cast<float>(kDe)));
-  cuda::MoeExpertsRunner runner([&](size_t bytes) {
+  const cuda::DeviceAlloc dev_alloc = [](size_t bytes) {
     void* p = nullptr;
     MAGI2_CUDA_CHECK(cudaMalloc(&p, bytes));
     return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
-  });
+  };
+  cuda::MoeExpertsRunner runner(dev_alloc);
+  // The opt-in fast kernels (MAGI2_MHC_KERNEL / MAGI2_ROUTER_KERNEL=fused), timed beside the reference ones.
+  cuda::SplitScratch scratch(dev_alloc);
+  const cuda::FusedPaths fast{.mhc = true, .router = true, .scratch = &scratch};
 
   for (const int64_t t : tokens) {
     std::printf("\n### %lld tokens (%d heads x %d experts, top-%d, d_head %lld, d_expert %lld)\n\n",
@@ -146,8 +170,11 @@ int run(int argc, char** argv) {
     Tensor out = b.be->alloc({t, kHeads * kDh}, DType::BF16);
     const MoeRouteParams rp{.r = r, .gate = gate, .bias = bias, .idx = idx, .weight = wt, .num_heads = kHeads,
                             .num_experts = kExperts, .top_k = kTopK, .route_scale = 4.9f};
-    row("router (logits fp32, top-6, weights)", b.median_ms([&] { b.be->moe_route(rp); }),
+    row("router (logits fp32, top-6, weights)", b.median_ms([&] { cuda::moe_route(rp, b.s); }),
         2.0 * t * nf * kDh, ceiling);
+    // FLOPs counted once (the fp32 contraction), not per bf16 split term.
+    row("router, fused (bf16x3 tensor cores + top-6, MAGI2_ROUTER_KERNEL=fused)",
+        b.median_ms([&] { cuda::moe_route(rp, b.s, &fast); }), 2.0 * t * nf * kDh, ceiling);
     const MoeExpertsParams ep{.r = r, .w_gate = w_gate, .w_up = w_up, .w_down = w_down, .idx = idx, .weight = wt,
                               .out = out, .num_heads = kHeads, .num_experts = kExperts, .top_k = kTopK};
     const double rows = static_cast<double>(t) * kHeads * kTopK;
@@ -191,15 +218,22 @@ int run(int argc, char** argv) {
                           .alpha_res = b.fill({1}, DType::F32, 1.f), .bias_pre = b.fill({4}, DType::F32, 1.f),
                           .bias_post = b.fill({4}, DType::F32, 1.f), .bias_res = b.fill({4, 4}, DType::F32, 1.f)};
       const float c = 1.0f / std::sqrt(static_cast<float>(4 * kD));
-      const double pre = b.median_ms([&] {
-        b.be->mhc_logits({.state = state, .norm_w = norm_w, .phi = phi, .logits = logits, .groups = Groups::single(t)});
-        b.be->mhc_pre({.state = state, .logits = logits, .w = &mw, .a = a, .c = c});
-      });
-      const double post =
-          b.median_ms([&] { b.be->mhc_post_res({.state = state, .o = o, .logits = logits, .w = &mw, .c = c}); });
-      row("mHC logits + pre (one branch)", pre, 2.0 * t * 4 * kD * 24, ceiling);
-      row("mHC post + residual (one branch)", post, 0, ceiling);
-      row("mHC, both branches of a layer", 2 * (pre + post), 0, ceiling);
+      const MhcLogitsParams lp{.state = state, .norm_w = norm_w, .phi = phi, .logits = logits,
+                               .groups = Groups::single(t)};
+      const MhcPreParams pp{.state = state, .logits = logits, .w = &mw, .a = a, .c = c};
+      const MhcPostResParams qp{.state = state, .o = o, .logits = logits, .w = &mw, .c = c};
+      // Bytes: logits read the state, pre reads it and writes a, post reads state and o and writes the state.
+      const double sb = 2.0 * t * 4 * kD, ab = 2.0 * t * kD;
+      for (const cuda::FusedPaths* f : {static_cast<const cuda::FusedPaths*>(nullptr), &fast}) {
+        const std::string tag = f ? "mHC fused (MAGI2_MHC_KERNEL=fused): " : "mHC reference: ";
+        const double lg = b.median_ms([&] { cuda::mhc_logits(lp, b.s, f); });
+        const double pre = b.median_ms([&] { cuda::mhc_pre(pp, b.s, f); });
+        const double post = b.median_ms([&] { cuda::mhc_post_res(qp, b.s, f); });
+        row_gbs((tag + "logits (one branch)").c_str(), lg, sb, copy_gbs);
+        row_gbs((tag + "pre (one branch)").c_str(), pre, sb + ab, copy_gbs);
+        row_gbs((tag + "post + residual (one branch)").c_str(), post, 2 * sb + ab, copy_gbs);
+        row_gbs((tag + "both branches of a layer").c_str(), 2 * (lg + pre + post), 2 * (4 * sb + 2 * ab), copy_gbs);
+      }
     }
   }
   return 0;

@@ -48,11 +48,15 @@ class CudaBackend final : public Backend {
     workspace_ = cache_->get(kGemmWorkspace);
     linear_ = std::make_unique<LinearRunner>(workspace_.get(), kGemmWorkspace);
     moe_ = std::make_unique<MoeExpertsRunner>([cache = cache_](size_t bytes) { return cache->get(bytes); });
+    scratch_ = std::make_unique<SplitScratch>([cache = cache_](size_t bytes) { return cache->get(bytes); });
+    fused_ = {.mhc = fused_selected("MAGI2_MHC_KERNEL"), .router = fused_selected("MAGI2_ROUTER_KERNEL"),
+              .scratch = scratch_.get()};
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);  // pending ops may still use the workspace
     linear_.reset();
     moe_.reset();
+    scratch_.reset();
     cudaStreamDestroy(stream_);
   }
 
@@ -152,10 +156,10 @@ class CudaBackend final : public Backend {
   void rms_norm(const RmsNormParams& p) override { cuda::rms_norm(p, stream_); }
   void linear(const LinearParams& p) override { linear_->run(p, stream_); }
   void swiglu7(const SwiGLU7Params& p) override { cuda::swiglu7(p, stream_); }
-  void mhc_logits(const MhcLogitsParams& p) override { cuda::mhc_logits(p, stream_); }
-  void mhc_pre(const MhcPreParams& p) override { cuda::mhc_pre(p, stream_); }
-  void mhc_post_res(const MhcPostResParams& p) override { cuda::mhc_post_res(p, stream_); }
-  void moe_route(const MoeRouteParams& p) override { cuda::moe_route(p, stream_); }
+  void mhc_logits(const MhcLogitsParams& p) override { cuda::mhc_logits(p, stream_, &fused_); }
+  void mhc_pre(const MhcPreParams& p) override { cuda::mhc_pre(p, stream_, &fused_); }
+  void mhc_post_res(const MhcPostResParams& p) override { cuda::mhc_post_res(p, stream_, &fused_); }
+  void moe_route(const MoeRouteParams& p) override { cuda::moe_route(p, stream_, &fused_); }
   void moe_experts(const MoeExpertsParams& p) override { cuda::moe_experts(p, moe_.get(), stream_); }
   void gate(const GateParams& p) override { cuda::gate(p, stream_); }
   void add(const AddParams& p) override { cuda::add(p, stream_); }
@@ -214,6 +218,8 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> workspace_;
   std::unique_ptr<LinearRunner> linear_;
   std::unique_ptr<MoeExpertsRunner> moe_;
+  std::unique_ptr<SplitScratch> scratch_;
+  FusedPaths fused_;  // MAGI2_MHC_KERNEL / MAGI2_ROUTER_KERNEL (fused_kernels.h)
 };
 
 // One captured step: an instantiated CUDA graph launched on the backend's stream.

@@ -34,6 +34,11 @@ namespace magi2::cuda {
 
 /// Checks that t is a 2-D device tensor [rows, cols] with unit column stride.
 void check_2d(const Tensor& t, int64_t rows, int64_t cols, const char* what);
+/// The row groups' bounds cu[0..3] packed for a kernel argument (device_fp.cuh group_of).
+inline int4 cu_of(const Groups& g) {
+  return make_int4(static_cast<int>(g.cu[0]), static_cast<int>(g.cu[1]), static_cast<int>(g.cu[2]),
+                   static_cast<int>(g.cu[3]));
+}
 /// Checks that the row groups cover `rows` rows in order (at most 3 groups).
 void check_groups(const Groups& g, int64_t rows, const char* what);
 

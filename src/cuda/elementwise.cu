@@ -124,11 +124,6 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 65536 ? (b > 0 ? b : 1) : 65536);
 }
 
-int4 cu_of(const Groups& g) {
-  return make_int4(static_cast<int>(g.cu[0]), static_cast<int>(g.cu[1]), static_cast<int>(g.cu[2]),
-                   static_cast<int>(g.cu[3]));
-}
-
 bool is_float(DType t) { return t == DType::BF16 || t == DType::F32; }
 
 template <typename T>

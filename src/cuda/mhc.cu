@@ -10,6 +10,7 @@
 
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
+#include "cuda/fused_kernels.h"
 #include "cuda/mhc_moe.h"
 
 namespace magi2::cuda {
@@ -170,11 +171,6 @@ const float* dev_f32(const Tensor& t, int64_t n, const char* what) {
   return static_cast<const float*>(t.data());
 }
 
-int4 cu_of(const Groups& g) {
-  return make_int4(static_cast<int>(g.cu[0]), static_cast<int>(g.cu[1]), static_cast<int>(g.cu[2]),
-                   static_cast<int>(g.cu[3]));
-}
-
 unsigned grid_of(int64_t rows, const char* what) {
   MAGI2_CHECK(rows < (int64_t{1} << 31), what, ": too many rows for one launch (", rows, ")");
   return static_cast<unsigned>(rows);
@@ -182,7 +178,7 @@ unsigned grid_of(int64_t rows, const char* what) {
 
 }  // namespace
 
-void mhc_logits(const MhcLogitsParams& p, cudaStream_t s) {
+void mhc_logits(const MhcLogitsParams& p, cudaStream_t s, const FusedPaths* fast) {
   MAGI2_CHECK(p.state.defined() && p.state.dim() == 2, "mhc_logits.state: expected a 2-D tensor");
   const int64_t t = p.state.size(0), vw = p.state.size(1);
   check_2d(p.state, t, vw, "mhc_logits.state");
@@ -194,13 +190,14 @@ void mhc_logits(const MhcLogitsParams& p, cudaStream_t s) {
                   p.phi.is_contiguous(),
               "mhc phi: expected contiguous [", vw, ", 24] f32 on the device, got ", shape_str(p.phi.shape()));
   if (t == 0) return;
+  if (fast != nullptr && fast->mhc && mhc_logits_fused(p, *fast->scratch, s)) return;
   mhc_logits_kernel<<<grid_of((t + kLogitTokens - 1) / kLogitTokens, "mhc_logits"), kLogitTokens * 16, 0, s>>>(
       static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), w, static_cast<const float*>(p.phi.data()),
       static_cast<float*>(p.logits.data()), p.logits.row_stride(), vw, cu_of(p.groups), p.groups.count, p.eps, t);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits");
 }
 
-void mhc_pre(const MhcPreParams& p, cudaStream_t s) {
+void mhc_pre(const MhcPreParams& p, cudaStream_t s, const FusedPaths* fast) {
   MAGI2_CHECK(p.w != nullptr, "mhc_pre: weights missing");
   MAGI2_CHECK(p.state.defined() && p.state.dim() == 2, "mhc_pre.state: expected a 2-D tensor");
   const int64_t t = p.state.size(0), vw = p.state.size(1), d = vw / kStreams;
@@ -215,6 +212,7 @@ void mhc_pre(const MhcPreParams& p, cudaStream_t s) {
   const float* alpha = dev_f32(p.w->alpha_pre, 1, "mhc_alpha_pre");
   const float* bias = dev_f32(p.w->bias_pre, kStreams, "mhc_bias_pre");
   if (t == 0) return;
+  if (fast != nullptr && fast->mhc && mhc_pre_fused(p, s)) return;
   mhc_pre_kernel<<<grid_of(t, "mhc_pre"), kRowThreads, 0, s>>>(
       static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const float*>(p.logits.data()),
       p.logits.row_stride(), alpha, bias, p.c, static_cast<uint16_t*>(p.a.data()), p.a.row_stride(),
@@ -223,7 +221,7 @@ void mhc_pre(const MhcPreParams& p, cudaStream_t s) {
   MAGI2_CUDA_CHECK_LAUNCH("mhc_pre");
 }
 
-void mhc_post_res(const MhcPostResParams& p, cudaStream_t s) {
+void mhc_post_res(const MhcPostResParams& p, cudaStream_t s, const FusedPaths* fast) {
   MAGI2_CHECK(p.w != nullptr, "mhc_post_res: weights missing");
   MAGI2_CHECK(p.state.defined() && p.state.dim() == 2, "mhc_post_res.state: expected a 2-D tensor");
   const int64_t t = p.state.size(0), vw = p.state.size(1), d = vw / kStreams;
@@ -242,6 +240,7 @@ void mhc_post_res(const MhcPostResParams& p, cudaStream_t s) {
   const float* b_post = dev_f32(p.w->bias_post, kStreams, "mhc_bias_post");
   const float* b_res = dev_f32(p.w->bias_res, kStreams * kStreams, "mhc_bias_res");
   if (t == 0) return;
+  if (fast != nullptr && fast->mhc && mhc_post_res_fused(p, s)) return;
   mhc_post_res_kernel<<<grid_of(t, "mhc_post_res"), kRowThreads, 0, s>>>(
       static_cast<uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const uint16_t*>(p.o.data()),
       p.o.row_stride(), static_cast<const float*>(p.logits.data()), p.logits.row_stride(), alpha_post, alpha_res,

@@ -11,20 +11,25 @@
 #include <functional>
 #include <memory>
 
+#include "cuda/fused_kernels.h"
 #include "cuda/moe_gemm.h"
 #include "ops/ops.h"
 
 namespace magi2::cuda {
 
+// Each of the next four checks its params, then runs the opt-in fast kernel
+// when `fast` selects its family and the shape suits it (fused_kernels.h),
+// else the reference kernel.
+
 /// MhcLogitsParams on the device (one block per token). mhc.cu.
-void mhc_logits(const MhcLogitsParams& p, cudaStream_t s);
+void mhc_logits(const MhcLogitsParams& p, cudaStream_t s, const FusedPaths* fast = nullptr);
 /// MhcPreParams on the device; alpha/bias are read on the device. mhc.cu.
-void mhc_pre(const MhcPreParams& p, cudaStream_t s);
+void mhc_pre(const MhcPreParams& p, cudaStream_t s, const FusedPaths* fast = nullptr);
 /// MhcPostResParams on the device (Sinkhorn per token, then the in-place state update). mhc.cu.
-void mhc_post_res(const MhcPostResParams& p, cudaStream_t s);
+void mhc_post_res(const MhcPostResParams& p, cudaStream_t s, const FusedPaths* fast = nullptr);
 /// MoeRouteParams on the device. Out-of-range forced indices are clamped to
 /// [0, E) without the CPU backend's error (checking them would need a host sync). moe.cu.
-void moe_route(const MoeRouteParams& p, cudaStream_t s);
+void moe_route(const MoeRouteParams& p, cudaStream_t s, const FusedPaths* fast = nullptr);
 /// Routed experts as grouped GEMMs on tensor cores (moe_grouped.cu): a
 /// deterministic counting sort of the routes by flat expert, the W13 and W2
 /// CUTLASS grouped GEMMs with device-side problem shapes, SwiGLU7 and the

@@ -13,7 +13,9 @@
 
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
+#include "cuda/fused_kernels.h"
 #include "cuda/mhc_moe.h"
+#include "cuda/route_select.cuh"
 
 namespace magi2::cuda {
 
@@ -22,14 +24,6 @@ namespace {
 using namespace dev;
 
 constexpr int kMaxTopK = 32;  // route lists live in shared memory
-
-// The CPU's strict order: does expert a (selection score va) rank before expert b?
-__device__ __forceinline__ bool ranks_before(float va, int a, float vb, int b) {
-  const bool na = isnan(va), nb = isnan(vb);
-  if (na || nb) return na && (!nb || a < b);
-  if (va != vb) return va > vb;
-  return a < b;
-}
 
 // Router tiling: a block holds kRouteTokens tokens of one head and walks the
 // head's experts in chunks of kRouteExperts. Each of the 256 threads owns one
@@ -113,57 +107,11 @@ __global__ void __launch_bounds__(kRouteThreads)
   // The sigmoids by all threads (one lane per half-warp above would idle 15 of 16).
   for (int i = tid; i < kRouteTokens * ne; i += kRouteThreads) sc[i] = sigmoid_f32(sc[i], exp_table);
   __syncthreads();
-  // Top-(k+1) per token by one warp: the q-th pick is the best of the experts
-  // ranking after pick q-1 under the CPU's total order, so no marks are needed.
-  const int take = k + 1 < ne ? k + 1 : ne;
   for (int tok = warp; tok < kRouteTokens; tok += kRouteThreads / 32) {
     const int64_t n = n0 + tok;
     if (n >= t) break;
-    const float* s = sc + tok * ne;
-    int prev = -1;
-    float prev_v = 0.f;
-    for (int q = 0; q < take; ++q) {
-      int best = -1;
-      float best_v = 0.f;
-      for (int e = wl; e < ne; e += 32) {
-        const float v = s[e] + bs[e];
-        if (prev >= 0 && !ranks_before(prev_v, prev, v, e)) continue;
-        if (best < 0 || ranks_before(v, e, best_v, best)) best = e, best_v = v;
-      }
-      for (int off = 16; off >= 1; off /= 2) {
-        const int ob = __shfl_xor_sync(0xffffffffu, best, off);
-        const float ov = __shfl_xor_sync(0xffffffffu, best_v, off);
-        if (ob >= 0 && (best < 0 || ranks_before(ov, ob, best_v, best))) best = ob, best_v = ov;
-      }
-      prev = best;
-      prev_v = best_v;
-      if (wl == 0) order[warp][q] = best;
-    }
-    __syncwarp();
-    if (wl == 0) {
-      const int64_t base = (static_cast<int64_t>(h) * t + n) * k;
-      if (margin != nullptr)
-        margin[h * t + n] = k < ne ? (s[order[warp][k - 1]] + bs[order[warp][k - 1]]) -
-                                         (s[order[warp][k]] + bs[order[warp][k]])
-                                   : INFINITY;
-      int32_t* idx = idx_out + base;
-      for (int j = 0; j < k; ++j) {
-        int e = order[warp][j];
-        if (forced != nullptr) {
-          e = forced[base + j];
-          e = e < 0 ? 0 : (e > ne - 1 ? ne - 1 : e);
-        }
-        idx[j] = e;
-      }
-      float l1 = 0.f;
-      for (int j = 0; j < k; ++j) l1 += fabsf(s[idx[j]]);
-      const float denom = normalize ? ((l1 < 1e-12f) ? 1e-12f : l1) : 1.0f;  // std::max(l1, 1e-12f)
-      for (int j = 0; j < k; ++j) {
-        const float pn = normalize ? s[idx[j]] / denom : s[idx[j]];
-        w_out[base + j] = pn * route_scale;
-      }
-    }
-    __syncwarp();
+    route_select(sc + tok * ne, bs, ne, k, order[warp], static_cast<int64_t>(h) * t + n, forced, margin, idx_out,
+                 w_out, route_scale, normalize);
   }
 }
 
@@ -255,7 +203,7 @@ constexpr size_t kMaxOptInShared = 200 * 1024;  // sm90 allows 227 KiB per block
 
 }  // namespace
 
-void moe_route(const MoeRouteParams& p, cudaStream_t s) {
+void moe_route(const MoeRouteParams& p, cudaStream_t s, const FusedPaths* fast) {
   const int mh = p.num_heads, ne = p.num_experts, k = p.top_k;
   MAGI2_CHECK(mh > 0 && ne > 0 && k > 0 && k <= ne, "moe_route: bad head/expert/top-k counts");
   MAGI2_CHECK(p.r.defined() && p.r.dim() == 2, "moe_route.r: expected a 2-D tensor");
@@ -274,6 +222,7 @@ void moe_route(const MoeRouteParams& p, cudaStream_t s) {
   const size_t shared = route_shared_bytes(dh, ne);
   MAGI2_CHECK(shared <= kMaxOptInShared, "moe_route: ", dh, " head dims and ", ne, " experts exceed shared memory");
   if (t == 0) return;
+  if (fast != nullptr && fast->router && moe_route_fused(p, *fast->scratch, s)) return;
   static const bool opted_in = [] {  // not a stream operation: fine during graph capture
     MAGI2_CUDA_CHECK(cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kMaxOptInShared)));

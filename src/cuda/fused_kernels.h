@@ -1,0 +1,76 @@
+// The opt-in fast kernels of issue 11 for mHC (spec magi2-dit.md §9) and the
+// router (§8.2), behind MAGI2_MHC_KERNEL and MAGI2_ROUTER_KERNEL (each
+// "reference", the default, or "fused"; docs/cuda.md). Host-only header.
+//
+// - mHC logits: RMSNorm(12288) and the 24 logits of 64 tokens per block on
+//   bf16 tensor cores with a three-term bf16 split of (1 + w) * phi
+//   (mma_split.cuh): one pass over the state. Within fp32 rounding of the CPU
+//   reference (not bit-equal): the reference forms n = (x * rs) * (1 + w) and
+//   dots it with phi; this forms rs * sum x ((1 + w) phi).
+// - mHC pre and post + residual: the reference kernels' fp32 operations in the
+//   same order (bit-equal to the CPU), with 16-byte loads, a warp per token,
+//   and the Sinkhorn iterations of 32 tokens run by one warp (a lane each).
+// - Router: the [T, 256] x [256, 256] fp32 logits per head on bf16 tensor
+//   cores (three-term split of the gate), then the reference's sigmoid,
+//   selection order, normalisation and margin in the same kernel. Selections
+//   equal the reference's wherever the selection margin exceeds the logit noise.
+//
+// The launchers check only what the fast path needs beyond the reference's
+// own checks (alignment, widths) and return false when it does not apply;
+// the caller then runs the reference kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "cuda/moe_gemm.h"
+#include "ops/ops.h"
+
+namespace magi2::cuda {
+
+/// Device scratch for the bf16 splits of the weights, rebuilt by every fused
+/// call (a few MB, ~microseconds) so no weight-derived state outlives a call.
+/// Grows on demand outside graph capture; inside capture a call that needs
+/// more than was planned fails with an Error (run one eager forward first,
+/// as for the grouped experts).
+class SplitScratch {
+ public:
+  explicit SplitScratch(DeviceAlloc alloc) : alloc_(std::move(alloc)) {}
+  /// At least `bytes` of device memory, valid until the next get(); `what` names the caller in errors.
+  void* get(size_t bytes, cudaStream_t s, const char* what);
+
+ private:
+  DeviceAlloc alloc_;
+  std::shared_ptr<void> buf_;
+  size_t bytes_ = 0;
+};
+
+/// Which kernels an env switch selects: false = "reference" (also when unset),
+/// true = "fused". Read once per process; any other value is an Error naming
+/// the variable. fused_paths.cpp.
+bool fused_selected(const char* env_name);
+
+/// The fast paths chosen for a backend: which families and the shared scratch.
+struct FusedPaths {
+  bool mhc = false;     ///< MAGI2_MHC_KERNEL=fused
+  bool router = false;  ///< MAGI2_ROUTER_KERNEL=fused
+  SplitScratch* scratch = nullptr;
+};
+
+/// mHC logits of checked params (mhc_fused.cu): false when the width is not
+/// a multiple of 32 or the state rows are not 16-byte aligned.
+bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s);
+/// mHC branch input of checked params, bit-equal to the reference (mhc_fused.cu):
+/// false unless D is a multiple of 8 and the rows are 16-byte aligned.
+bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s);
+/// mHC post + residual of checked params, bit-equal to the reference
+/// (mhc_fused.cu): false unless D is a multiple of 8 and rows are 16-byte aligned.
+bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s);
+/// Router of checked params (route_fused.cu): false unless d_head is a multiple
+/// of 32, the experts per head a multiple of 32 and at most 256, and r's rows 16-byte aligned.
+bool moe_route_fused(const MoeRouteParams& p, SplitScratch& scratch, cudaStream_t s);
+
+}  // namespace magi2::cuda

@@ -1,0 +1,370 @@
+// The opt-in fast mHC kernels (fused_kernels.h; spec magi2-dit.md §9). The
+// shapes were checked by the reference entry points in mhc.cu.
+//
+// Memory traffic at 272p (29,872 tokens, 12,288 bf16 state values each,
+// 734 MB): logits read the state once; pre reads it once and writes the
+// branch input (183 MB); post + residual reads state and branch output and
+// writes the state. Together ~3.3 GB per branch (~0.8 ms at 4 TB/s).
+#include <cstdint>
+
+#include "cuda/cuda_common.h"
+#include "cuda/device_fp.cuh"
+#include "cuda/fused_kernels.h"
+#include "cuda/mma_split.cuh"
+
+namespace magi2::cuda {
+
+namespace {
+
+using namespace dev;
+
+constexpr int kStreams = 4;
+constexpr int kLogits = 24;
+constexpr int kLogitTiles = kLogits / 8;  // n-tiles of mma.m16n8k16
+
+// ---- logits --------------------------------------------------------------------
+
+// Thread per (group m, chunk q, n-tile nt, lane): the 8 values
+// (w_m[k] + 1) * phi[k][n] of its fragment-native unit (mma_split.cuh), split in three.
+__global__ void mhc_phi_split_kernel(const float* __restrict__ phi, const float* __restrict__ w, int64_t vw, int groups,
+                                     uint4* __restrict__ out) {
+  const int64_t nq = vw / kChunkK;
+  const int64_t units = groups * nq * kLogitTiles * 32;
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (u >= units) return;
+  const int lane = static_cast<int>(u % 32);
+  const int nt = static_cast<int>((u / 32) % kLogitTiles);
+  const int64_t q = (u / (32 * kLogitTiles)) % nq;
+  const int64_t m = u / (32 * kLogitTiles * nq);
+  const int n = nt * 8 + lane / 4;
+  const int64_t k0 = q * kChunkK + 8 * (lane % 4);
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = phi[(k0 + j) * kLogits + n] * (w[m * vw + k0 + j] + 1.0f);
+  store_split_units(v, out, [&](int s) { return (((m * nq + q) * kSplits + s) * kLogitTiles + nt) * 32 + lane; });
+}
+
+// 64 tokens (4 m-tiles) per block of 8 warps; warp w takes the chunks q = w
+// (mod 8) of every row, so the 8 warps stream the rows' 24 KB together. Each
+// lane owns 8 rows (m-tile i / 2, row g + 8 (i % 2)). The partial logits and
+// sums of squares of the 8 warps meet in shared memory and are added in warp
+// order (deterministic). A block whose tokens span weight groups repeats the
+// k loop per group with the other groups' rows zeroed (only boundary blocks).
+constexpr int kLgTokens = 64;
+constexpr int kLgWarps = 8;
+constexpr int kLgRows = 8;  // rows per lane
+constexpr size_t kLgShared = (static_cast<size_t>(kLgWarps) * kLgTokens * kLogits + kLgWarps * kLgTokens) * 4;
+
+// Row i of lane group g: m-tile i / 2, row g + 8 (i % 2) of the tile.
+__device__ __forceinline__ int lg_token(int i, int g) { return g + 8 * i; }
+
+__global__ void __launch_bounds__(kLgWarps * 32, 2)
+    mhc_logits_mma_kernel(const uint16_t* __restrict__ state, int64_t lds, const uint4* __restrict__ split,
+                          float* __restrict__ logits, int64_t ldl, int64_t vw, int4 cu, int groups, float eps,
+                          int64_t t) {
+  extern __shared__ float red[];
+  float* part = red;                                  // [warp][token][24]
+  float* sq = red + kLgWarps * kLgTokens * kLogits;   // [warp][token]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kLgTokens;
+  const int64_t nq = vw / kChunkK;
+  unsigned live = 0;  // bit i: row i of this lane is a token
+#pragma unroll
+  for (int i = 0; i < kLgRows; ++i)
+    if (r0 + lg_token(i, g) < t) live |= 1u << i;
+  const int64_t r_last = (r0 + kLgTokens < t ? r0 + kLgTokens : t) - 1;
+  const int m_first = group_of(cu, groups, r0), m_last = group_of(cu, groups, r_last);
+  float acc[4][kLogitTiles][4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < kLogitTiles; ++b)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+  float ss[kLgRows];
+#pragma unroll
+  for (int i = 0; i < kLgRows; ++i) ss[i] = 0.f;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const uint16_t* row0 = state + (r0 + g) * lds + 8 * quad;  // row i of the lane: row0 + i * row_step
+  const int64_t row_step = 8 * lds;
+  for (int m = m_first; m <= m_last; ++m) {
+    unsigned in_m = 0;  // bit i: row i is a token of weight group m
+#pragma unroll
+    for (int i = 0; i < kLgRows; ++i)
+      if (((live >> i) & 1u) && group_of(cu, groups, r0 + lg_token(i, g)) == m) in_m |= 1u << i;
+    const uint4* bm = split + static_cast<int64_t>(m) * nq * kSplits * kLogitTiles * 32;
+    for (int64_t q = warp; q < nq; q += kLgWarps) {
+      // Two halves of 2 m-tiles each keep the live A fragments at 16 registers
+      // (the B units are read twice, the second time from L1).
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        uint4 a[4];
+#pragma unroll
+        for (int ii = 0; ii < 4; ++ii) {
+          const int i = 4 * hh + ii;
+          a[ii] = ((live >> i) & 1u) ? __ldg(reinterpret_cast<const uint4*>(row0 + i * row_step + q * kChunkK)) : zero;
+          if (m == m_first)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float v = bf16_at(a[ii], j);
+              ss[i] += v * v;
+            }
+          if (!((in_m >> i) & 1u)) a[ii] = zero;
+        }
+#pragma unroll
+        for (int s = 0; s < kSplits; ++s)
+#pragma unroll
+          for (int nt = 0; nt < kLogitTiles; ++nt) {
+            const uint4 b = __ldg(bm + ((q * kSplits + s) * kLogitTiles + nt) * 32 + lane);
+            mma_chunk(acc[2 * hh][nt], a[0], a[1], b);
+            mma_chunk(acc[2 * hh + 1][nt], a[2], a[3], b);
+          }
+      }
+    }
+  }
+  // C fragment: c0, c1 row g, columns 2 quad + {0, 1}; c2, c3 row g + 8.
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kLogitTiles; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int tok = mt * 16 + g + (c >> 1) * 8, col = nt * 8 + 2 * quad + (c & 1);
+        part[(warp * kLgTokens + tok) * kLogits + col] = acc[mt][nt][c];
+      }
+#pragma unroll
+  for (int i = 0; i < kLgRows; ++i) {
+    float v = ss[i];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    if (quad == 0) sq[warp * kLgTokens + lg_token(i, g)] = v;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kLgTokens * kLogits; e += blockDim.x) {
+    const int tok = e / kLogits, col = e % kLogits;
+    const int64_t r = r0 + tok;
+    if (r >= t) continue;
+    float s2 = 0.f, l = 0.f;
+    for (int w = 0; w < kLgWarps; ++w) {
+      s2 += sq[w * kLgTokens + tok];
+      l += part[(w * kLgTokens + tok) * kLogits + col];
+    }
+    const float rs = 1.0f / sqrtf(s2 * (1.0f / static_cast<float>(vw)) + eps);
+    logits[r * ldl + col] = l * rs;
+  }
+}
+
+// ---- pre and post + residual -------------------------------------------------------
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// A warp per token, 8 tokens per block; lane l owns columns 8 l + 256 i.
+constexpr int kVecWarps = 8;
+
+__global__ void __launch_bounds__(kVecWarps * 32)
+    mhc_pre_vec_kernel(const uint16_t* __restrict__ state, int64_t lds, const float* __restrict__ logits, int64_t ldl,
+                       const float* __restrict__ alpha, const float* __restrict__ bias, float c,
+                       uint16_t* __restrict__ a, int64_t lda, float* __restrict__ h_pre, int64_t ldh, int64_t d,
+                       int64_t t) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kVecWarps + (threadIdx.x >> 5);
+  if (r >= t) return;  // warp-uniform
+  float hv = 0.f;
+  if (lane < kStreams) {
+    const float ac = alpha[0] * c;
+    hv = round_bf16(sigmoid_f32(ac * logits[r * ldl + lane] + bias[lane]));
+    if (h_pre != nullptr) h_pre[r * ldh + lane] = hv;
+  }
+  float h[kStreams];
+#pragma unroll
+  for (int i = 0; i < kStreams; ++i) h[i] = __shfl_sync(0xffffffffu, hv, i);
+  const uint16_t* s = state + r * lds;
+  uint16_t* ar = a + r * lda;
+  for (int64_t col = 8 * lane; col < d; col += 256) {
+    uint4 x[kStreams];
+#pragma unroll
+    for (int i = 0; i < kStreams; ++i) x[i] = __ldg(reinterpret_cast<const uint4*>(s + i * d + col));
+    uint16_t out[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float acc = 0.f;
+#pragma unroll
+      for (int i = 0; i < kStreams; ++i) acc += h[i] * bf16_at(x[i], j);
+      out[j] = f32_to_bf16(acc);
+    }
+    *reinterpret_cast<uint4*>(ar + col) = pack8(out);
+  }
+}
+
+// 32 tokens per block: warp 0 forms H_post and runs Sinkhorn (a lane per
+// token, the reference's operations and orders), then every warp updates the
+// state of 4 tokens in place (a lane owns 8 columns across the 4 streams).
+constexpr int kPostTokens = 32;
+constexpr int kCoef = kStreams + kStreams * kStreams;  // H_post, H_res
+
+__global__ void __launch_bounds__(kVecWarps * 32)
+    mhc_post_res_vec_kernel(uint16_t* state, int64_t lds, const uint16_t* __restrict__ o, int64_t ldo,
+                            const float* __restrict__ logits, int64_t ldl, const float* __restrict__ alpha_post,
+                            const float* __restrict__ alpha_res, const float* __restrict__ b_post,
+                            const float* __restrict__ b_res, float c, int iters, float sk_eps,
+                            float* __restrict__ h_post, int64_t ldhp, float* __restrict__ h_res, int64_t ldhr,
+                            int64_t d, int64_t t) {
+  __shared__ float coef[kPostTokens][kCoef + 1];
+  __shared__ uint64_t exp_table[32];
+  exp2_table_to_shared(exp_table);
+  __syncthreads();
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kPostTokens;
+  if (threadIdx.x < kPostTokens && r0 + threadIdx.x < t) {
+    const int64_t r = r0 + threadIdx.x;
+    float* cf = coef[threadIdx.x];
+    const float* l = logits + r * ldl;
+    const float ac_post = alpha_post[0] * c, ac_res = alpha_res[0] * c;
+    for (int i = 0; i < kStreams; ++i) cf[i] = round_bf16(2.0f * sigmoid_f32(ac_post * l[4 + i] + b_post[i]));
+    float mm[kStreams][kStreams];
+    float mx = -INFINITY;
+    bool nan = false;
+#pragma unroll
+    for (int i = 0; i < kStreams; ++i)
+#pragma unroll
+      for (int j = 0; j < kStreams; ++j) {
+        mm[i][j] = ac_res * l[8 + 4 * i + j] + b_res[4 * i + j];
+        nan = nan || isnan(mm[i][j]);
+        mx = (mx < mm[i][j]) ? mm[i][j] : mx;  // std::max's comparison
+      }
+    if (nan) mx = NAN;  // amax propagates NaN
+#pragma unroll
+    for (int i = 0; i < kStreams; ++i)
+#pragma unroll
+      for (int j = 0; j < kStreams; ++j) mm[i][j] = exp_f32(mm[i][j] - mx, exp_table);
+    // Column normalisation first (sequential sums), then rows ((x0 + x2) + (x1 + x3)), spec §9.5.
+    for (int it = 0; it < iters; ++it) {
+#pragma unroll
+      for (int j = 0; j < kStreams; ++j) {
+        const float sum = ((mm[0][j] + mm[1][j]) + mm[2][j]) + mm[3][j];
+#pragma unroll
+        for (int i = 0; i < kStreams; ++i) mm[i][j] = mm[i][j] / (sum + sk_eps);
+      }
+#pragma unroll
+      for (int i = 0; i < kStreams; ++i) {
+        const float sum = (mm[i][0] + mm[i][2]) + (mm[i][1] + mm[i][3]);
+#pragma unroll
+        for (int j = 0; j < kStreams; ++j) mm[i][j] = mm[i][j] / (sum + sk_eps);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kStreams; ++i)
+#pragma unroll
+      for (int j = 0; j < kStreams; ++j) {
+        cf[kStreams + 4 * i + j] = round_bf16(mm[i][j]);
+        if (h_res != nullptr) h_res[r * ldhr + 4 * i + j] = cf[kStreams + 4 * i + j];
+      }
+    if (h_post != nullptr)
+      for (int i = 0; i < kStreams; ++i) h_post[r * ldhp + i] = cf[i];
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int tok = warp; tok < kPostTokens; tok += kVecWarps) {
+    const int64_t r = r0 + tok;
+    if (r >= t) break;
+    float hp[kStreams], m[kStreams][kStreams];
+#pragma unroll
+    for (int i = 0; i < kStreams; ++i) {
+      hp[i] = coef[tok][i];
+#pragma unroll
+      for (int j = 0; j < kStreams; ++j) m[i][j] = coef[tok][kStreams + 4 * i + j];
+    }
+    uint16_t* s = state + r * lds;
+    const uint16_t* orow = o + r * ldo;
+    for (int64_t col = 8 * lane; col < d; col += 256) {
+      uint4 x[kStreams];
+#pragma unroll
+      for (int j = 0; j < kStreams; ++j) x[j] = *reinterpret_cast<const uint4*>(s + j * d + col);
+      const uint4 ov = __ldg(reinterpret_cast<const uint4*>(orow + col));
+      uint16_t out[kStreams][8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float old[kStreams];
+#pragma unroll
+        for (int j = 0; j < kStreams; ++j) old[j] = bf16_at(x[j], e);
+        const float oc = bf16_at(ov, e);
+        // One fp32 accumulation of the 4-term mix plus the post term, one rounding (as the CPU).
+#pragma unroll
+        for (int i = 0; i < kStreams; ++i) {
+          float acc = 0.f;
+#pragma unroll
+          for (int j = 0; j < kStreams; ++j) acc += m[i][j] * old[j];
+          acc += hp[i] * oc;
+          out[i][e] = f32_to_bf16(acc);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kStreams; ++i) *reinterpret_cast<uint4*>(s + i * d + col) = pack8(out[i]);
+    }
+  }
+}
+
+unsigned blocks(int64_t n, int64_t per, const char* what) {
+  const int64_t b = (n + per - 1) / per;
+  MAGI2_CHECK(b < (int64_t{1} << 31), what, ": too many rows for one launch (", n, ")");
+  return static_cast<unsigned>(b);
+}
+
+bool rows_aligned(const Tensor& x) { return aligned16(x.data()) && x.row_stride() % 8 == 0; }
+
+}  // namespace
+
+bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s) {
+  const int64_t t = p.state.size(0), vw = p.state.size(1);
+  if (vw % kChunkK != 0 || !rows_aligned(p.state)) return false;
+  if (t == 0) return true;
+  const int groups = p.groups.count;
+  const int64_t units = groups * (vw / kChunkK) * kLogitTiles * 32;
+  auto* split = static_cast<uint4*>(scratch.get(static_cast<size_t>(units) * kSplits * sizeof(uint4), s,
+                                                "mhc_logits (fused)"));
+  mhc_phi_split_kernel<<<blocks(units, 256, "mhc_logits (fused)"), 256, 0, s>>>(
+      static_cast<const float*>(p.phi.data()), static_cast<const float*>(p.norm_w.data()), vw, groups, split);
+  MAGI2_CUDA_CHECK_LAUNCH("mhc_logits phi split");
+  static const bool opted_in = [] {  // not a stream operation: fine during graph capture
+    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_logits_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kLgShared)));
+    return true;
+  }();
+  (void)opted_in;
+  mhc_logits_mma_kernel<<<blocks(t, kLgTokens, "mhc_logits (fused)"), kLgWarps * 32, kLgShared, s>>>(
+      static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), split, static_cast<float*>(p.logits.data()),
+      p.logits.row_stride(), vw, cu_of(p.groups), groups, p.eps, t);
+  MAGI2_CUDA_CHECK_LAUNCH("mhc_logits (fused)");
+  return true;
+}
+
+bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s) {
+  const int64_t t = p.state.size(0), d = p.state.size(1) / kStreams;
+  if (d % 8 != 0 || !rows_aligned(p.state) || !rows_aligned(p.a)) return false;
+  if (t == 0) return true;
+  mhc_pre_vec_kernel<<<blocks(t, kVecWarps, "mhc_pre (fused)"), kVecWarps * 32, 0, s>>>(
+      static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const float*>(p.logits.data()),
+      p.logits.row_stride(), static_cast<const float*>(p.w->alpha_pre.data()),
+      static_cast<const float*>(p.w->bias_pre.data()), p.c, static_cast<uint16_t*>(p.a.data()), p.a.row_stride(),
+      p.h_pre.defined() ? static_cast<float*>(p.h_pre.data()) : nullptr, p.h_pre.defined() ? p.h_pre.row_stride() : 0,
+      d, t);
+  MAGI2_CUDA_CHECK_LAUNCH("mhc_pre (fused)");
+  return true;
+}
+
+bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s) {
+  const int64_t t = p.state.size(0), d = p.state.size(1) / kStreams;
+  if (d % 8 != 0 || !rows_aligned(p.state) || !rows_aligned(p.o)) return false;
+  if (t == 0) return true;
+  mhc_post_res_vec_kernel<<<blocks(t, kPostTokens, "mhc_post_res (fused)"), kVecWarps * 32, 0, s>>>(
+      static_cast<uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const uint16_t*>(p.o.data()),
+      p.o.row_stride(), static_cast<const float*>(p.logits.data()), p.logits.row_stride(),
+      static_cast<const float*>(p.w->alpha_post.data()), static_cast<const float*>(p.w->alpha_res.data()),
+      static_cast<const float*>(p.w->bias_post.data()), static_cast<const float*>(p.w->bias_res.data()), p.c,
+      p.sinkhorn_iters, p.sinkhorn_eps, p.h_post.defined() ? static_cast<float*>(p.h_post.data()) : nullptr,
+      p.h_post.defined() ? p.h_post.row_stride() : 0, p.h_res.defined() ? static_cast<float*>(p.h_res.data()) : nullptr,
+      p.h_res.defined() ? p.h_res.row_stride() : 0, d, t);
+  MAGI2_CUDA_CHECK_LAUNCH("mhc_post_res (fused)");
+  return true;
+}
+
+}  // namespace magi2::cuda

@@ -1,0 +1,213 @@
+// The opt-in fast mHC and router kernels (src/cuda/fused_kernels.h, switched
+// on by MAGI2_MHC_KERNEL=fused / MAGI2_ROUTER_KERNEL=fused) against the CPU
+// reference backend on random inputs at DiT-like shapes. Stated bounds:
+// - mHC logits (bf16 tensor cores, three-term split of (1 + w) * phi): max
+//   |GPU - CPU| <= 1e-4 x max |CPU| (fp32 rounding noise is ~1e-7 of it; a
+//   lost split term or a misplaced fragment is >= 1e-3);
+// - mHC pre and post + residual: bit for bit (same fp32 operations);
+// - router: the same experts on every (head, token) whose CPU selection margin
+//   exceeds 0.01 and weights within 1e-5 relative; bit for bit where the
+//   logits are exact (zero gate rows) and for forced routing's indices.
+// Each fast launcher must accept these shapes (returns true), so the test
+// cannot pass on the reference fallback. Skips when no GPU is present (CI).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "cuda/backend_cuda.h"
+#include "cuda/fused_kernels.h"
+#include "cuda/mhc_moe.h"
+#include "cuda_fixture.h"
+#include "ops/ops.h"
+
+namespace magi2 {
+namespace {
+
+using test::count_diff;
+
+class CudaFusedTest : public test::CudaParityTest {
+ protected:
+  CudaFusedTest() : CudaParityTest(4321) {}
+  void SetUp() override {
+    CudaParityTest::SetUp();
+    if (!gpu_) return;
+    scratch_ = std::make_unique<cuda::SplitScratch>([this](size_t bytes) {
+      Tensor t = gpu_->alloc({static_cast<int64_t>((bytes + 1) / 2)}, DType::BF16);
+      return std::shared_ptr<void>(t.data(), [t](void*) {});
+    });
+  }
+  cudaStream_t stream() { return static_cast<cudaStream_t>(cuda_stream_of(*gpu_)); }
+  /// A CPU f32 tensor holding `v`.
+  static Tensor values(const Shape& shape, const std::vector<float>& v) {
+    Tensor t = Tensor::empty(shape, DType::F32);
+    std::copy(v.begin(), v.end(), t.data_as<float>());
+    return t;
+  }
+  std::unique_ptr<cuda::SplitScratch> scratch_;
+};
+
+// ---- mHC ------------------------------------------------------------------------
+
+struct MhcCase {
+  int64_t t, d;
+  int groups;
+};
+
+TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
+  for (const MhcCase mc : {MhcCase{127, 256, 1}, MhcCase{300, 3072, 3}, MhcCase{1000, 3072, 1}}) {
+    const int64_t t = mc.t, d = mc.d, vw = 4 * d;
+    Groups g = Groups::single(t);
+    if (mc.groups == 3) g.cu = {0, t / 2, t * 5 / 6, t}, g.count = 3;
+    std::printf("[D=%lld T=%lld groups=%d]\n", static_cast<long long>(d), static_cast<long long>(t), mc.groups);
+    const float c = 1.0f / std::sqrt(static_cast<float>(vw));
+    Tensor state = random({t, vw}, DType::BF16, 1.5f);
+    Tensor norm_w = random({mc.groups * vw}, DType::F32, 0.1f);
+    Tensor phi = random({vw, 24}, DType::F32, 1.f);
+    MhcBranchWeights wc{.alpha_pre = values({1}, {0.8f}), .alpha_post = values({1}, {1.1f}),
+                        .alpha_res = values({1}, {2.5f}), .bias_pre = random({4}, DType::F32, 0.5f),
+                        .bias_post = random({4}, DType::F32, 0.5f), .bias_res = random({4, 4}, DType::F32, 1.f)};
+    MhcBranchWeights wg{.alpha_pre = up(wc.alpha_pre), .alpha_post = up(wc.alpha_post),
+                        .alpha_res = up(wc.alpha_res), .bias_pre = up(wc.bias_pre),
+                        .bias_post = up(wc.bias_post), .bias_res = up(wc.bias_res)};
+    const Tensor state_g = up(state);
+
+    Tensor lc = Tensor::empty({t, 24}, DType::F32), lg = poisoned({t, 24}, DType::F32);
+    cpu_->mhc_logits({.state = state, .norm_w = norm_w, .phi = phi, .logits = lc, .groups = g});
+    const MhcLogitsParams pl{.state = state_g, .norm_w = up(norm_w), .phi = up(phi), .logits = lg, .groups = g};
+    ASSERT_TRUE(cuda::mhc_logits_fused(pl, *scratch_, stream()));
+    const Tensor lh = down(lg);
+    double max_ref = 0, max_err = 0;
+    for (int64_t i = 0; i < lc.numel(); ++i) {
+      max_ref = std::max(max_ref, std::fabs(static_cast<double>(lc.data_as<float>()[i])));
+      const double e = std::fabs(static_cast<double>(lh.data_as<float>()[i]) - lc.data_as<float>()[i]);
+      max_err = std::isnan(e) ? INFINITY : std::max(max_err, e);
+    }
+    std::printf("  logits: max |fused - cpu| = %.3g, max |cpu| = %.3g (ratio %.3g, bound 1e-4)\n", max_err, max_ref,
+                max_err / max_ref);
+    EXPECT_LE(max_err, 1e-4 * max_ref);
+    // Through the checked entry point with the fast path selected: the same bytes (deterministic).
+    const cuda::FusedPaths fast{.mhc = true, .router = false, .scratch = scratch_.get()};
+    Tensor lg2 = poisoned({t, 24}, DType::F32);
+    MhcLogitsParams pl2 = pl;
+    pl2.logits = lg2;
+    cuda::mhc_logits(pl2, stream(), &fast);
+    EXPECT_EQ(count_diff(down(lg2), lh, "  logits run to run"), 0);
+
+    const Tensor logits_g = up(lc);  // the CPU's logits feed both backends below
+    Tensor ac = Tensor::empty({t, d}, DType::BF16), hc = Tensor::empty({t, 4}, DType::F32);
+    Tensor ag = poisoned({t, d + 8}, DType::BF16), hg = poisoned({t, 4}, DType::F32);
+    cpu_->mhc_pre({.state = state, .logits = lc, .w = &wc, .a = ac, .h_pre = hc, .c = c});
+    ASSERT_TRUE(cuda::mhc_pre_fused(
+        {.state = state_g, .logits = logits_g, .w = &wg, .a = ag.slice_cols(8, d + 8), .h_pre = hg, .c = c},
+        stream()));
+    EXPECT_EQ(count_diff(down(ag.slice_cols(8, d + 8)), ac, "  mhc_pre a"), 0);
+    EXPECT_EQ(count_diff(down(hg), hc, "  mhc_pre h_pre"), 0);
+
+    Tensor o = random({t, d}, DType::BF16, 2.f);
+    Tensor sc = state.clone(), pc = Tensor::empty({t, 4}, DType::F32), rc = Tensor::empty({t, 16}, DType::F32);
+    Tensor pg = poisoned({t, 4}, DType::F32), rg = poisoned({t, 16}, DType::F32);
+    cpu_->mhc_post_res({.state = sc, .o = o, .logits = lc, .w = &wc, .h_post = pc, .h_res = rc, .c = c});
+    ASSERT_TRUE(cuda::mhc_post_res_fused(
+        {.state = state_g, .o = up(o), .logits = logits_g, .w = &wg, .h_post = pg, .h_res = rg, .c = c}, stream()));
+    EXPECT_EQ(count_diff(down(state_g), sc, "  mhc_post_res state"), 0);
+    EXPECT_EQ(count_diff(down(pg), pc, "  mhc_post_res h_post"), 0);
+    EXPECT_EQ(count_diff(down(rg), rc, "  mhc_post_res h_res"), 0);
+  }
+}
+
+// ---- router ---------------------------------------------------------------------
+
+struct RouteCase {
+  int64_t t, dh;
+  int mh, ne, k;
+};
+
+TEST_F(CudaFusedTest, RouterSelectsAsTheReferenceWhereTheMarginIsClear) {
+  for (const RouteCase rc : {RouteCase{1000, 256, 12, 256, 6}, RouteCase{77, 64, 4, 64, 4}}) {
+    const int64_t t = rc.t, dh = rc.dh;
+    const int mh = rc.mh, ne = rc.ne, k = rc.k;
+    std::printf("[T=%lld heads=%d experts=%d d_head=%lld top-%d]\n", static_cast<long long>(t), mh, ne,
+                static_cast<long long>(dh), k);
+    Tensor r = random({t, mh * dh}, DType::BF16, 1.2f);
+    Tensor gate = random({mh * ne, dh}, DType::F32, 1.f / std::sqrt(static_cast<float>(dh)));
+    Tensor bias = random({mh * ne}, DType::F32, 0.3f);
+    // Head 0: zero gate rows (every logit exactly 0) and tied biases; head 1: two NaN biases.
+    for (int e = 0; e < ne; ++e) {
+      bias.data_as<float>()[e] = 0.1f * static_cast<float>((e * 7) % 5);
+      for (int64_t i = 0; i < dh; ++i) gate.data_as<float>()[e * dh + i] = 0.f;
+    }
+    bias.data_as<float>()[ne + 5] = NAN, bias.data_as<float>()[ne + 2] = NAN;
+    Tensor forced = Tensor::empty({mh, t, k}, DType::I32);
+    std::mt19937 rng(7);
+    for (int64_t i = 0; i < mh * t; ++i) {
+      std::vector<int32_t> p(ne);
+      std::iota(p.begin(), p.end(), 0);
+      std::shuffle(p.begin(), p.end(), rng);
+      std::copy(p.begin(), p.begin() + k, forced.data_as<int32_t>() + i * k);
+    }
+    const Tensor r_g = up(r), gate_g = up(gate), bias_g = up(bias), forced_g = up(forced);
+    for (int mode = 0; mode < 3; ++mode) {  // normalised, not normalised, forced
+      const bool normalize = mode != 1, force = mode == 2;
+      Tensor ic = Tensor::empty({mh, t, k}, DType::I32), wc = Tensor::empty({mh, t, k}, DType::F32);
+      Tensor mc = Tensor::empty({mh, t}, DType::F32);
+      Tensor ig = poisoned({mh, t, k}, DType::I32), wg = poisoned({mh, t, k}, DType::F32);
+      Tensor mg = poisoned({mh, t}, DType::F32);
+      cpu_->moe_route({.r = r, .gate = gate, .bias = bias, .idx = ic, .weight = wc,
+                       .forced_idx = force ? forced : Tensor(), .margin = mc, .num_heads = mh, .num_experts = ne,
+                       .top_k = k, .route_scale = 4.9f, .normalize = normalize});
+      ASSERT_TRUE(cuda::moe_route_fused({.r = r_g, .gate = gate_g, .bias = bias_g, .idx = ig, .weight = wg,
+                                         .forced_idx = force ? forced_g : Tensor(), .margin = mg, .num_heads = mh,
+                                         .num_experts = ne, .top_k = k, .route_scale = 4.9f, .normalize = normalize},
+                                        *scratch_, stream()));
+      const Tensor ih = down(ig), wh = down(wg), mgh = down(mg);
+      int64_t clear = 0, same = 0, exact_bad = 0, weight_bad = 0;
+      double max_margin_err = 0;
+      for (int64_t i = 0; i < mh * t; ++i) {
+        const int32_t* a = ic.data_as<int32_t>() + i * k;
+        const int32_t* b = ih.data_as<int32_t>() + i * k;
+        const float* wa = wc.data_as<float>() + i * k;
+        const float* wb = wh.data_as<float>() + i * k;
+        const bool head0 = i < t;
+        if (head0 || force) {  // exact logits (head 0) or forced indices: the same ids in the same slots
+          for (int j = 0; j < k; ++j) exact_bad += a[j] != b[j];
+          if (head0)
+            for (int j = 0; j < k; ++j) exact_bad += wa[j] != wb[j];
+        }
+        const float m = mc.data_as<float>()[i];
+        if (!(m > 0.01f) && !force) continue;
+        ++clear;
+        bool ok = true;
+        for (int j = 0; j < k && ok; ++j) {
+          const int32_t* hit = std::find(b, b + k, a[j]);
+          ok = hit != b + k;
+          if (ok && std::fabs(wb[hit - b] - wa[j]) > 1e-5f * std::fabs(wa[j]) + 1e-6f) ++weight_bad;
+        }
+        same += ok;
+        if (!force) max_margin_err = std::max(max_margin_err, std::fabs(static_cast<double>(mgh.data_as<float>()[i]) - m));
+      }
+      std::printf("  %s: %lld of %lld (head, token) pairs with margin > 0.01, %lld select the same experts; "
+                  "%lld weights off; max margin error %.3g\n",
+                  force ? "forced" : normalize ? "normalised" : "not normalised", static_cast<long long>(clear),
+                  static_cast<long long>(mh * t), static_cast<long long>(same), static_cast<long long>(weight_bad),
+                  max_margin_err);
+      EXPECT_EQ(same, clear);
+      EXPECT_EQ(weight_bad, 0);
+      EXPECT_EQ(exact_bad, 0);
+      EXPECT_GT(clear, mh * t / 4);  // the comparison covered a good share of the pairs
+      EXPECT_LE(max_margin_err, 1e-4);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace magi2
