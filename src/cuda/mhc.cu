@@ -11,6 +11,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/fused_kernels.h"
+#include "cuda/mhc_coef.cuh"
 #include "cuda/mhc_moe.h"
 
 namespace magi2::cuda {
@@ -112,35 +113,12 @@ __global__ void mhc_post_res_kernel(uint16_t* state, int64_t lds, const uint16_t
   __shared__ float m[kStreams][kStreams];
   const int64_t r = blockIdx.x;
   if (threadIdx.x == 0) {
-    const float* l = logits + r * ldl;
-    const float ac_post = alpha_post[0] * c, ac_res = alpha_res[0] * c;
-    for (int i = 0; i < kStreams; ++i) hp[i] = round_bf16(2.0f * sigmoid_f32(ac_post * l[4 + i] + b_post[i]));
     float mm[kStreams][kStreams];
-    float mx = -INFINITY;
-    bool nan = false;
+    mhc_post_coefs(logits + r * ldl, alpha_post[0] * c, alpha_res[0] * c, b_post, b_res, iters, sk_eps,
+                   [](float x) { return exp_f32(x); }, hp, mm);
     for (int i = 0; i < kStreams; ++i)
       for (int j = 0; j < kStreams; ++j) {
-        mm[i][j] = ac_res * l[8 + 4 * i + j] + b_res[4 * i + j];
-        nan = nan || isnan(mm[i][j]);
-        mx = (mx < mm[i][j]) ? mm[i][j] : mx;  // std::max's comparison
-      }
-    if (nan) mx = NAN;  // amax propagates NaN
-    for (int i = 0; i < kStreams; ++i)
-      for (int j = 0; j < kStreams; ++j) mm[i][j] = exp_f32(mm[i][j] - mx);
-    // Column normalisation first (sequential sums), then rows ((x0 + x2) + (x1 + x3)), spec §9.5.
-    for (int it = 0; it < iters; ++it) {
-      for (int j = 0; j < kStreams; ++j) {
-        const float sum = ((mm[0][j] + mm[1][j]) + mm[2][j]) + mm[3][j];
-        for (int i = 0; i < kStreams; ++i) mm[i][j] = mm[i][j] / (sum + sk_eps);
-      }
-      for (int i = 0; i < kStreams; ++i) {
-        const float sum = (mm[i][0] + mm[i][2]) + (mm[i][1] + mm[i][3]);
-        for (int j = 0; j < kStreams; ++j) mm[i][j] = mm[i][j] / (sum + sk_eps);
-      }
-    }
-    for (int i = 0; i < kStreams; ++i)
-      for (int j = 0; j < kStreams; ++j) {
-        m[i][j] = round_bf16(mm[i][j]);
+        m[i][j] = mm[i][j];
         if (h_res != nullptr) h_res[r * ldhr + 4 * i + j] = m[i][j];
       }
     if (h_post != nullptr)

@@ -10,6 +10,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/fused_kernels.h"
+#include "cuda/mhc_coef.cuh"
 #include "cuda/mma_split.cuh"
 
 namespace magi2::cuda {
@@ -216,50 +217,18 @@ __global__ void __launch_bounds__(kVecWarps * 32)
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kPostTokens;
   if (threadIdx.x < kPostTokens && r0 + threadIdx.x < t) {
     const int64_t r = r0 + threadIdx.x;
+    float hp[kStreams], mm[kStreams][kStreams];
+    mhc_post_coefs(logits + r * ldl, alpha_post[0] * c, alpha_res[0] * c, b_post, b_res, iters, sk_eps,
+                   [](float x) { return exp_f32(x, exp_table); }, hp, mm);
     float* cf = coef[threadIdx.x];
-    const float* l = logits + r * ldl;
-    const float ac_post = alpha_post[0] * c, ac_res = alpha_res[0] * c;
-    for (int i = 0; i < kStreams; ++i) cf[i] = round_bf16(2.0f * sigmoid_f32(ac_post * l[4 + i] + b_post[i]));
-    float mm[kStreams][kStreams];
-    float mx = -INFINITY;
-    bool nan = false;
-#pragma unroll
-    for (int i = 0; i < kStreams; ++i)
-#pragma unroll
+    for (int i = 0; i < kStreams; ++i) {
+      cf[i] = hp[i];
+      if (h_post != nullptr) h_post[r * ldhp + i] = hp[i];
       for (int j = 0; j < kStreams; ++j) {
-        mm[i][j] = ac_res * l[8 + 4 * i + j] + b_res[4 * i + j];
-        nan = nan || isnan(mm[i][j]);
-        mx = (mx < mm[i][j]) ? mm[i][j] : mx;  // std::max's comparison
-      }
-    if (nan) mx = NAN;  // amax propagates NaN
-#pragma unroll
-    for (int i = 0; i < kStreams; ++i)
-#pragma unroll
-      for (int j = 0; j < kStreams; ++j) mm[i][j] = exp_f32(mm[i][j] - mx, exp_table);
-    // Column normalisation first (sequential sums), then rows ((x0 + x2) + (x1 + x3)), spec §9.5.
-    for (int it = 0; it < iters; ++it) {
-#pragma unroll
-      for (int j = 0; j < kStreams; ++j) {
-        const float sum = ((mm[0][j] + mm[1][j]) + mm[2][j]) + mm[3][j];
-#pragma unroll
-        for (int i = 0; i < kStreams; ++i) mm[i][j] = mm[i][j] / (sum + sk_eps);
-      }
-#pragma unroll
-      for (int i = 0; i < kStreams; ++i) {
-        const float sum = (mm[i][0] + mm[i][2]) + (mm[i][1] + mm[i][3]);
-#pragma unroll
-        for (int j = 0; j < kStreams; ++j) mm[i][j] = mm[i][j] / (sum + sk_eps);
+        cf[kStreams + 4 * i + j] = mm[i][j];
+        if (h_res != nullptr) h_res[r * ldhr + 4 * i + j] = mm[i][j];
       }
     }
-#pragma unroll
-    for (int i = 0; i < kStreams; ++i)
-#pragma unroll
-      for (int j = 0; j < kStreams; ++j) {
-        cf[kStreams + 4 * i + j] = round_bf16(mm[i][j]);
-        if (h_res != nullptr) h_res[r * ldhr + 4 * i + j] = cf[kStreams + 4 * i + j];
-      }
-    if (h_post != nullptr)
-      for (int i = 0; i < kStreams; ++i) h_post[r * ldhp + i] = cf[i];
   }
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

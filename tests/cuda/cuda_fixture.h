@@ -6,12 +6,15 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
@@ -84,6 +87,20 @@ class CudaParityTest : public ::testing::Test {
   std::unique_ptr<Backend> gpu_, cpu_;
   std::mt19937 rng_;
 };
+
+/// Forced routing [mh, t, k] int32: k distinct experts of [0, ne) per (head, token),
+/// a seeded shuffle (not in any score order).
+inline Tensor random_routes(int mh, int64_t t, int ne, int k, uint32_t seed) {
+  Tensor forced = Tensor::empty({mh, t, k}, DType::I32);
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(ne);
+  for (int64_t i = 0; i < mh * t; ++i) {
+    std::iota(p.begin(), p.end(), 0);
+    std::shuffle(p.begin(), p.end(), rng);
+    std::copy(p.begin(), p.begin() + k, forced.data_as<int32_t>() + i * k);
+  }
+  return forced;
+}
 
 /// Prints and returns the number of elements whose bytes differ.
 inline int64_t count_diff(const Tensor& a, const Tensor& b, const char* what) {

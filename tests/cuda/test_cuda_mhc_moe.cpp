@@ -137,14 +137,7 @@ TEST_F(CudaMhcMoeTest, MoeRouteMatchesCpuBitForBit) {
       for (int64_t i = 0; i < dh; ++i) gate.data_as<float>()[e * dh + i] = 0.f;
     }
     bias.data_as<float>()[ne + 5] = NAN, bias.data_as<float>()[ne + 2] = NAN;
-    Tensor forced = Tensor::empty({mh, t, k}, DType::I32);
-    std::mt19937 rng(7);
-    for (int64_t i = 0; i < mh * t; ++i) {  // distinct experts, not in score order
-      std::vector<int32_t> p(ne);
-      std::iota(p.begin(), p.end(), 0);
-      std::shuffle(p.begin(), p.end(), rng);
-      std::copy(p.begin(), p.begin() + k, forced.data_as<int32_t>() + i * k);
-    }
+    const Tensor forced = test::random_routes(mh, t, ne, k, 7);  // distinct experts, not in score order
     const Tensor r_g = up(rb).slice_cols(4, 4 + mh * dh), gate_g = up(gate), bias_g = up(bias),
                  forced_g = up(forced);
     for (int mode = 0; mode < 3; ++mode) {  // normalised, not normalised, forced
