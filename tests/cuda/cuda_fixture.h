@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "cuda/backend_cuda.h"
+#include "cuda/fused_kernels.h"
 #include "ops/ops.h"
 
 namespace magi2::test {
@@ -87,6 +88,14 @@ class CudaParityTest : public ::testing::Test {
   std::unique_ptr<Backend> gpu_, cpu_;
   std::mt19937 rng_;
 };
+
+/// Scratch for the opt-in fast kernels (cuda/fused_kernels.h) from `be`'s device memory.
+inline std::unique_ptr<cuda::SplitScratch> split_scratch_on(Backend& be) {
+  return std::make_unique<cuda::SplitScratch>([&be](size_t bytes) {
+    Tensor t = be.alloc({static_cast<int64_t>((bytes + 1) / 2)}, DType::BF16);
+    return std::shared_ptr<void>(t.data(), [t](void*) {});
+  });
+}
 
 /// Forced routing [mh, t, k] int32: k distinct experts of [0, ne) per (head, token),
 /// a seeded shuffle (not in any score order).

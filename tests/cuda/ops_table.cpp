@@ -3,7 +3,7 @@
 // axis, 4 mHC streams, MoE heads of d_head 256) and the sampler ops of the
 // device-resident step; "2048 tokens" is the release width where the CPU
 // reference stays cheap. Tolerances are the ones stated by
-// tests/cuda/test_cuda_{backend,attention,mhc_moe,moe_grouped,dit_step}.cpp.
+// tests/cuda/test_cuda_{backend,attention,mhc_moe,moe_grouped,dit_step,fused}.cpp.
 #include "ops_table.h"
 
 #include <algorithm>
@@ -17,6 +17,10 @@
 #include <utility>
 
 #include "core/error.h"
+#include "cuda/backend_cuda.h"
+#include "cuda/fused_kernels.h"
+#include "cuda/mhc_moe.h"
+#include "cuda_fixture.h"
 #include "ops/numerics.h"
 #include "pipeline/flow_unipc.h"
 
@@ -201,24 +205,50 @@ MhcInputs mhc_inputs(CaseBuilder& b, int64_t t, int64_t d, bool state_inout) {
   return {state_inout ? b.inout(state) : b.in(state), logits, w, c};
 }
 
-std::vector<OpEntry> mhc_entries(int64_t t, int64_t d, int groups) {
-  const std::string s = std::to_string(t) + " x 4x" + std::to_string(d) + (groups == 3 ? ", 3 groups" : "");
+// The opt-in fast kernels (src/cuda/fused_kernels.h) for entries marked
+// "fused": on the CUDA backend they run whatever MAGI2_MHC_KERNEL and
+// MAGI2_ROUTER_KERNEL say (nullptr elsewhere: the backend's own op).
+struct FastPaths {
+  std::shared_ptr<cuda::SplitScratch> scratch;
+  cuda::FusedPaths paths;
+};
+std::shared_ptr<FastPaths> fast_paths(Backend& be, bool fused) {
+  if (!fused || be.device() != Device::CUDA) return nullptr;
+  auto f = std::make_shared<FastPaths>();
+  f->scratch = split_scratch_on(be);
+  f->paths = {.mhc = true, .router = true, .scratch = f->scratch.get()};
+  return f;
+}
+cudaStream_t stream_of(Backend& be) { return static_cast<cudaStream_t>(cuda_stream_of(be)); }
+
+// fused: the entries run the fast kernels (named so in the shape column); the
+// plain entries follow the switches, so the logits' tolerance follows them too.
+std::vector<OpEntry> mhc_entries(int64_t t, int64_t d, int groups, bool fused) {
+  const std::string s = std::to_string(t) + " x 4x" + std::to_string(d) + (groups == 3 ? ", 3 groups" : "") +
+                        (fused ? ", fused kernels" : "");
   const Groups g = groups == 3 ? three_groups(t / 2, t * 5 / 6, t) : Groups::single(t);
+  // bf16 tensor-core logits: fp32 rounding noise, not the CPU's bits (test_cuda_fused.cpp).
+  const Tolerance logits_tol =
+      fused || cuda::fused_selected("MAGI2_MHC_KERNEL") ? rel_rms(1e-5, 1e-4, true) : exact();
   std::vector<OpEntry> e;
-  e.push_back({"mhc_logits", s, exact(), 0, [=](Backend& be, uint64_t seed) {
+  e.push_back({"mhc_logits", s, logits_tol, 0, [=](Backend& be, uint64_t seed) {
                  CaseBuilder b(be, seed);
                  Tensor state = b.in(b.uniform({t, 4 * d}, kBf16, -3.f, 3.f));
                  Tensor nw = b.in(b.uniform({groups * 4 * d}, kF32, -0.2f, 0.2f));
                  Tensor phi = b.in(b.uniform({4 * d, 24}, kF32, -1.7f, 1.7f)), lg = b.out({t, 24}, kF32);
                  const MhcLogitsParams p{.state = state, .norm_w = nw, .phi = phi, .logits = lg, .groups = g};
-                 return b.done([&be, p] { be.mhc_logits(p); });
+                 return b.done([&be, p, f = fast_paths(be, fused)] {
+                   f ? cuda::mhc_logits(p, stream_of(be), &f->paths) : be.mhc_logits(p);
+                 });
                }});
   e.push_back({"mhc_pre", s, exact(), 0, [=](Backend& be, uint64_t seed) {
                  CaseBuilder b(be, seed);
                  const MhcInputs m = mhc_inputs(b, t, d, false);
                  const MhcPreParams p{.state = m.state, .logits = m.logits, .w = m.w.get(),
                                       .a = b.out_cols(t, d + 8, kBf16, 8, d + 8), .h_pre = b.out({t, 4}, kF32), .c = m.c};
-                 return b.done([&be, p, w = m.w] { be.mhc_pre(p); });
+                 return b.done([&be, p, w = m.w, f = fast_paths(be, fused)] {
+                   f ? cuda::mhc_pre(p, stream_of(be), &f->paths) : be.mhc_pre(p);
+                 });
                }});
   e.push_back({"mhc_post_res", s + ", state in place", exact(), 0, [=](Backend& be, uint64_t seed) {
                  CaseBuilder b(be, seed);
@@ -226,16 +256,22 @@ std::vector<OpEntry> mhc_entries(int64_t t, int64_t d, int groups) {
                  Tensor o = b.in(b.uniform({t, d}, kBf16, -4.f, 4.f));
                  const MhcPostResParams p{.state = m.state, .o = o, .logits = m.logits, .w = m.w.get(),
                                           .h_post = b.out({t, 4}, kF32), .h_res = b.out({t, 16}, kF32), .c = m.c};
-                 return b.done([&be, p, w = m.w] { be.mhc_post_res(p); });
+                 return b.done([&be, p, w = m.w, f = fast_paths(be, fused)] {
+                   f ? cuda::mhc_post_res(p, stream_of(be), &f->paths) : be.mhc_post_res(p);
+                 });
                }});
   return e;
 }
 
-OpEntry moe_route_entry(int64_t t, int64_t dh, int mh, int ne, int k, bool forced) {
+// The fused router's weights and margins carry its tensor-core logits' fp32
+// noise; natural routing may then differ where the margin is within that noise
+// (test_cuda_fused.cpp checks the selection where the margin exceeds 0.01).
+OpEntry moe_route_entry(int64_t t, int64_t dh, int mh, int ne, int k, bool forced, bool fused = false) {
   const std::string s = std::to_string(t) + " tokens, " + std::to_string(mh) + " heads x " + std::to_string(ne) +
                         " experts, d_head " + std::to_string(dh) + ", top-" + std::to_string(k) +
-                        (forced ? ", forced" : "");
-  return {"moe_route", s, exact(), 0, [=](Backend& be, uint64_t seed) {
+                        (forced ? ", forced" : "") + (fused ? ", fused kernel" : "");
+  const bool fast = (fused || cuda::fused_selected("MAGI2_ROUTER_KERNEL")) && dh % 32 == 0 && ne % 32 == 0;
+  return {"moe_route", s, fast ? rel_rms(1e-4, 1e-4) : exact(), 0, [=](Backend& be, uint64_t seed) {
             CaseBuilder b(be, seed);
             const float a = 1.7f / std::sqrt(static_cast<float>(dh));
             Tensor r = b.in(b.uniform({t, mh * dh}, kBf16, -2.f, 2.f));
@@ -245,7 +281,9 @@ OpEntry moe_route_entry(int64_t t, int64_t dh, int mh, int ne, int k, bool force
             const MoeRouteParams p{.r = r, .gate = gate, .bias = bias, .idx = b.out({mh, t, k}, DType::I32),
                                    .weight = b.out({mh, t, k}, kF32), .forced_idx = fi, .margin = b.out({mh, t}, kF32),
                                    .num_heads = mh, .num_experts = ne, .top_k = k, .route_scale = 4.9f};
-            return b.done([&be, p] { be.moe_route(p); });
+            return b.done([&be, p, f = fast_paths(be, fused)] {
+              f ? cuda::moe_route(p, stream_of(be), &f->paths) : be.moe_route(p);
+            });
           }};
 }
 
@@ -452,12 +490,15 @@ std::vector<OpEntry> backend_op_table() {
                  }});
   }
 
-  for (OpEntry& e : mhc_entries(2048, 3072, 3)) t.push_back(std::move(e));
-  for (OpEntry& e : mhc_entries(127, 256, 1)) t.push_back(std::move(e));
+  for (const bool fused : {false, true}) {
+    for (OpEntry& e : mhc_entries(2048, 3072, 3, fused)) t.push_back(std::move(e));
+    for (OpEntry& e : mhc_entries(127, 256, 1, fused)) t.push_back(std::move(e));
+  }
 
   t.push_back(moe_route_entry(2048, 256, 12, 256, 6, false));
   t.push_back(moe_route_entry(127, 64, 4, 16, 4, false));
   t.push_back(moe_route_entry(127, 64, 4, 16, 4, true));
+  t.push_back(moe_route_entry(2048, 256, 12, 256, 6, true, true));
 
   t.push_back(moe_experts_entry(127, 64, 64, 4, 16, 4));
   t.push_back(moe_experts_entry(200, 256, 1280, 2, 16, 6));

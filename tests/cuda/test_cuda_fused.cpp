@@ -41,10 +41,7 @@ class CudaFusedTest : public test::CudaParityTest {
   void SetUp() override {
     CudaParityTest::SetUp();
     if (!gpu_) return;
-    scratch_ = std::make_unique<cuda::SplitScratch>([this](size_t bytes) {
-      Tensor t = gpu_->alloc({static_cast<int64_t>((bytes + 1) / 2)}, DType::BF16);
-      return std::shared_ptr<void>(t.data(), [t](void*) {});
-    });
+    scratch_ = test::split_scratch_on(*gpu_);
   }
   cudaStream_t stream() { return static_cast<cudaStream_t>(cuda_stream_of(*gpu_)); }
   /// A CPU f32 tensor holding `v`.
