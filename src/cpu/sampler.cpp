@@ -81,7 +81,7 @@ void flow_unipc_step(const FlowUniPCStepParams& p) {
   MAGI2_CHECK(p.coef.dim() == 2 && p.coef.size(1) == 16, "flow_unipc_step.coef: expected [S, 16] f32");
   const int32_t s = read_step(p.step, p.coef.size(0), "flow_unipc_step.step");
   UniPcStepCoef c;
-  std::memcpy(&c, coef + s * 16, sizeof(c));
+  std::memcpy(static_cast<void*>(&c), coef + s * 16, sizeof(c));  // one [16] f32 row (static_assert in numerics.h)
 #pragma omp parallel for schedule(static)
   for (int64_t k = 0; k < n; ++k) flow_unipc_element(c, v[k], x[k], last[k], m0[k], m1[k]);
 }

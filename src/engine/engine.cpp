@@ -131,7 +131,8 @@ Engine::Engine(const EngineOptions& config) : s_(std::make_unique<State>()) {
   validate(config);
   s_->config = config;
   const std::string root = resolve_model(config.model, config.cache);
-  MAGI2_CHECK(std::filesystem::is_directory(root), "model folder '", root, "' does not exist");
+  const std::string why = folder_problem(root);  // /dev/zero "is a character device", not "missing"
+  MAGI2_CHECK(why.empty(), "model folder '", root, "' ", why);
   if (config.encodes_text) s_->te_dir = find_text_encoder_dir(root, config.text_encoder);
   s_->model = load_dit(root, config.transformer, config.config);
   s_->be = make_cpu_backend(config.threads);

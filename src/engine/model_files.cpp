@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/mmap_file.h"
 
 namespace magi2 {
 
@@ -53,7 +54,8 @@ DitWeights bind_dit(const Checkpoint& ckpt, const Magi2Config& config) {
 void check_output_path(const std::string& path, const std::string& flag) {
   if (path.empty()) return;
   const fs::path dir = fs::absolute(path).parent_path();
-  MAGI2_CHECK(fs::is_directory(dir), flag, " ", path, ": folder '", dir.string(), "' does not exist");
+  const std::string why = folder_problem(dir.string());
+  MAGI2_CHECK(why.empty(), flag, " ", path, ": folder '", dir.string(), "' ", why);
   MAGI2_CHECK(!fs::is_directory(path), flag, " ", path, ": is a folder, expected a file name");
 }
 

@@ -7,7 +7,9 @@
 
 #include "core/error.h"
 #include "engine/model_files.h"
+#include "io/image.h"
 #include "io/mmap_file.h"
+#include "pipeline/reference_image.h"
 
 namespace magi2 {
 
@@ -95,6 +97,11 @@ void validate(const GenerateParams& p) {
   if (!p.image.empty()) {
     const std::string why = file_problem(p.image);  // names a folder, /dev/zero, a missing file
     MAGI2_CHECK(why.empty(), "--image ", p.image, ": ", why);
+    // From the header only: an image the encoder cannot take at this size is
+    // refused before anything is loaded or decoded.
+    const ImageSize size = probe_image_size(p.image);
+    const std::string geometry = reference_size_problem(size.width, size.height, p.pixel_width(), p.pixel_height());
+    MAGI2_CHECK(geometry.empty(), "--image ", p.image, ": ", geometry);
   }
 }
 

@@ -86,7 +86,7 @@ struct RawPixels {
 
 // Returns false (with ctx.message set) on a libpng error. Only trivially
 // destructible locals live in this frame across the setjmp.
-bool png_decode(PngContext& ctx, RawPixels& out) {
+bool png_decode(PngContext& ctx, RawPixels& out, bool header_only) {
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &ctx, png_on_error, png_on_warning);
   if (!png) {
     std::snprintf(ctx.message, sizeof(ctx.message), "cannot create a PNG reader");
@@ -118,6 +118,16 @@ bool png_decode(PngContext& ctx, RawPixels& out) {
                   "header claims %ux%u pixels (%lld bytes), more than its %zu bytes can hold", w, h,
                   static_cast<long long>(raw_bytes), ctx.size);
     png_longjmp(png, 1);
+  }
+  if (header_only) {  // the size, and an eXIf chunk placed before the image data
+    out.width = w;
+    out.height = h;
+    png_uint_32 exif_len = 0;
+    png_bytep exif = nullptr;
+    if (png_get_eXIf_1(png, info, &exif_len, &exif) != 0 && exif)
+      out.orientation = orientation_of_payload(exif, exif_len);
+    png_destroy_read_struct(&png, &info, nullptr);
+    return true;
   }
   // PIL opens 16-bit grayscale as I;16, whose RGB conversion clips the value
   // at 255; every other 16-bit layout keeps only the high byte.
@@ -160,9 +170,12 @@ void jpeg_on_error(j_common_ptr cinfo) {
 }
 
 // Warnings are silent, except a premature end of data: PIL refuses truncated
-// JPEGs ("image file is truncated"), so we do as well.
+// JPEGs ("image file is truncated"), so we do as well. That includes entropy-
+// coded data cut short by the next marker (JWRN_HIT_MARKER): libjpeg would
+// fill the rest with gray blocks, so a 1 kB file could decode to 170 Mpx.
 void jpeg_on_message(j_common_ptr cinfo, int level) {
-  if (level < 0 && cinfo->err->msg_code == JWRN_JPEG_EOF) jpeg_on_error(cinfo);
+  if (level < 0 && (cinfo->err->msg_code == JWRN_JPEG_EOF || cinfo->err->msg_code == JWRN_HIT_MARKER))
+    jpeg_on_error(cinfo);
 }
 
 // Aborts a progressive decode past kMaxJpegScans scans (through the error
@@ -176,7 +189,7 @@ void jpeg_on_progress(j_common_ptr common) {
   }
 }
 
-bool jpeg_decode(const uint8_t* data, size_t size, RawPixels& out, JpegError& err) {
+bool jpeg_decode(const uint8_t* data, size_t size, RawPixels& out, JpegError& err, bool header_only) {
   jpeg_decompress_struct cinfo;
   jpeg_progress_mgr progress{};
   progress.progress_monitor = jpeg_on_progress;
@@ -215,6 +228,12 @@ bool jpeg_decode(const uint8_t* data, size_t size, RawPixels& out, JpegError& er
       out.orientation = exif_orientation(m->data + 6, m->data_length - 6);
       break;
     }
+  }
+  if (header_only) {
+    out.width = cinfo.image_width;
+    out.height = cinfo.image_height;
+    jpeg_destroy_decompress(&cinfo);
+    return true;
   }
   jpeg_start_decompress(&cinfo);
   const int64_t w = cinfo.output_width, h = cinfo.output_height;
@@ -336,24 +355,44 @@ const char* image_size_problem(int64_t w, int64_t h) {
   return nullptr;
 }
 
-Tensor decode_image_rgb(const uint8_t* data, size_t size, const std::string& what) {
+namespace {
+
+// One of the two decoders by signature; `header_only`: size and orientation only.
+RawPixels decode_raw(const uint8_t* data, size_t size, const std::string& what, bool header_only, bool& cmyk) {
   static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   RawPixels px;
-  bool cmyk = false;
+  cmyk = false;
   if (size >= 8 && std::memcmp(data, kPng, 8) == 0) {
     PngContext ctx;
     ctx.data = data;
     ctx.size = size;
-    MAGI2_CHECK(png_decode(ctx, px), what, ": cannot decode PNG: ", ctx.message);
+    MAGI2_CHECK(png_decode(ctx, px, header_only), what, ": cannot decode PNG: ", ctx.message);
   } else if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
     JpegError err;
     err.message[0] = 0;
-    MAGI2_CHECK(jpeg_decode(data, size, px, err), what, ": cannot decode JPEG: ", err.message);
+    MAGI2_CHECK(jpeg_decode(data, size, px, err, header_only), what, ": cannot decode JPEG: ", err.message);
     cmyk = px.channels == 4;
   } else {
     MAGI2_CHECK(false, what, ": unsupported image format (expected a PNG or JPEG file)");
   }
   check_dims(px.width, px.height, what);
+  return px;
+}
+
+}  // namespace
+
+ImageSize probe_image_size(const std::string& path) {
+  const std::string bytes = read_text_file(path, kMaxImageFileBytes);
+  MAGI2_CHECK(!bytes.empty(), path, ": image file is empty");
+  bool cmyk = false;
+  const RawPixels px = decode_raw(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path, true, cmyk);
+  const bool swap = px.orientation >= 5 && px.orientation <= 8;  // transposing orientations
+  return swap ? ImageSize{px.height, px.width} : ImageSize{px.width, px.height};
+}
+
+Tensor decode_image_rgb(const uint8_t* data, size_t size, const std::string& what) {
+  bool cmyk = false;
+  const RawPixels px = decode_raw(data, size, what, false, cmyk);
   MAGI2_CHECK(px.gray16 || (px.channels >= 1 && px.channels <= 4), what, ": unsupported pixel layout with ",
               px.channels, " channels");
   return apply_exif_orientation(to_rgb(px, cmyk), px.orientation);

@@ -53,6 +53,21 @@ const char* image_size_problem(int64_t width, int64_t height);
 /// (zlib's 1032:1 bound), or a JPEG with more than kMaxJpegScans scans.
 Tensor load_image_rgb(const std::string& path);
 
+/// Width x height of an image as load_image_rgb would return it.
+struct ImageSize {
+  int64_t width = 0;
+  int64_t height = 0;
+};
+
+/// The size of a PNG or JPEG file from its header, without decoding a pixel:
+/// as load_image_rgb returns it, i.e. with sides swapped for an EXIF
+/// orientation of 5..8 when the EXIF comes before the image data (a PNG eXIf
+/// chunk after it is not seen here; load_image_rgb still applies it). For
+/// refusing an impossible request before any work. Errors as load_image_rgb
+/// for an unreadable file, an unknown format, a corrupt header or a refused
+/// size (image_size_problem, the PNG 1032:1 bound).
+ImageSize probe_image_size(const std::string& path);
+
 /// Decodes an in-memory PNG or JPEG (as load_image_rgb; `what` names it in errors).
 Tensor decode_image_rgb(const uint8_t* data, size_t size, const std::string& what);
 

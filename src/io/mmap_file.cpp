@@ -65,6 +65,17 @@ std::string file_problem(const std::string& path) {
   return "is not a regular file";
 }
 
+std::string folder_problem(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return errno == ENOENT ? "does not exist" : std::strerror(errno);
+  if (S_ISDIR(st.st_mode)) return "";
+  if (S_ISREG(st.st_mode)) return "is a file, not a folder";
+  if (S_ISCHR(st.st_mode)) return "is a character device, not a folder";
+  if (S_ISBLK(st.st_mode)) return "is a block device, not a folder";
+  if (S_ISFIFO(st.st_mode)) return "is a pipe, not a folder";
+  return "is not a folder";
+}
+
 std::string read_text_file(const std::string& path, size_t max_bytes) {
   const std::string problem = file_problem(path);
   if (!problem.empty()) throw Error(str_cat("cannot open '", path, "': ", problem));

@@ -35,6 +35,11 @@ constexpr size_t kMaxTextFileBytes = size_t{256} << 20;
 /// errno text), or "" when it is a regular file or a pipe we may read.
 std::string file_problem(const std::string& path);
 
+/// Why `path` is not a folder, as a phrase for an error message ("does not
+/// exist", "is a file, not a folder", "is a character device, not a folder",
+/// the errno text), or "" when it is a folder (symlinks followed).
+std::string folder_problem(const std::string& path);
+
 /// Reads a whole (small) file into a string. Errors (naming the path): it is
 /// missing, a folder or a device (so /dev/zero is refused up front, not read
 /// forever), unreadable, or longer than `max_bytes` (pipes included).

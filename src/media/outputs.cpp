@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "io/mmap_file.h"
 #include "media/png.h"
 
 namespace magi2 {
@@ -16,8 +17,8 @@ namespace fs = std::filesystem;
 void check_parent_writable(const std::string& path, const std::string& flag) {
   fs::path parent = fs::path(path).parent_path();
   if (parent.empty()) parent = ".";
-  MAGI2_CHECK(fs::is_directory(parent), flag, " ", path, ": directory '", parent.string(),
-              "' does not exist");
+  const std::string why = folder_problem(parent.string());
+  MAGI2_CHECK(why.empty(), flag, " ", path, ": directory '", parent.string(), "' ", why);
   MAGI2_CHECK(::access(parent.c_str(), W_OK) == 0, flag, " ", path, ": directory '", parent.string(),
               "' is not writable");
 }

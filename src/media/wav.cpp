@@ -150,7 +150,7 @@ float clip_to_pcm16_range(float x) {
 WavFormat parse_wav_format(const std::string& s) {
   if (s == "pcm16") return WavFormat::Pcm16;
   if (s == "float32") return WavFormat::Float32;
-  throw Error(str_cat("unknown WAV format '", s, "' (expected pcm16 or float32)"));
+  throw Error(str_cat("--audio-format must be pcm16 or float32, got '", s, "'"));
 }
 
 bool sndfile_supported() { return MAGI2_HAVE_SNDFILE != 0; }

@@ -37,7 +37,8 @@ int16_t pcm16_sample(float x);
 /// before any output is written).
 float clip_to_pcm16_range(float x);
 
-/// Parses "pcm16" / "float32" (CLI spelling); Error naming the value otherwise.
+/// Parses "pcm16" / "float32" (the CLI's --audio-format); Error naming the flag
+/// and the value otherwise.
 WavFormat parse_wav_format(const std::string& s);
 
 /// True when the build has libsndfile (MAGI2_HAVE_SNDFILE): then write_wav uses it

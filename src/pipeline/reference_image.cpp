@@ -29,6 +29,16 @@ ReferenceBox reference_box(int64_t image_w, int64_t image_h, int64_t gen_width, 
   return b;
 }
 
+std::string reference_size_problem(int64_t image_w, int64_t image_h, int64_t gen_width, int64_t gen_height,
+                                   int64_t scale_factor) {
+  const ReferenceBox b = reference_box(image_w, image_h, gen_width, gen_height);
+  if (b.width < scale_factor || b.height < scale_factor)
+    return str_cat("image ", image_w, "x", image_h, " fits a ", b.width, "x", b.height, " canvas for the ", gen_width,
+                   "x", gen_height, " generation, under the encoder's ", scale_factor,
+                   "-pixel grid on one side (its aspect ratio is too extreme for this size)");
+  return "";
+}
+
 Tensor resizepad(const Tensor& rgb, int64_t th, int64_t tw) {
   MAGI2_CHECK(rgb.dtype() == DType::U8 && rgb.dim() == 3 && rgb.size(2) == 3 && rgb.is_contiguous(),
               "resizepad: expected a contiguous U8 [H, W, 3] image, got ", shape_str(rgb.shape()));
@@ -75,6 +85,8 @@ Tensor preprocess_reference_pixels(const Tensor& canvas, int64_t th, int64_t tw,
 Tensor encode_reference_image(const std::string& path, int64_t gen_width, int64_t gen_height,
                               const Wan22Encoder& encoder) {
   const Tensor rgb = load_image_rgb(path);
+  const std::string why = reference_size_problem(rgb.size(1), rgb.size(0), gen_width, gen_height);
+  MAGI2_CHECK(why.empty(), path, ": ", why);
   const ReferenceBox box = reference_box(rgb.size(1), rgb.size(0), gen_width, gen_height);
   const Tensor canvas = resizepad(rgb, box.height, box.width);
   Tensor pixels = preprocess_reference_pixels(canvas, box.height, box.width);

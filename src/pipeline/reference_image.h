@@ -22,6 +22,14 @@ struct ReferenceBox {
 };
 ReferenceBox reference_box(int64_t image_w, int64_t image_h, int64_t gen_width, int64_t gen_height);
 
+/// Why an image of image_w x image_h pixels cannot condition a generation of
+/// gen_width x gen_height: its reference_box canvas has an empty side, or a
+/// side that floors to 0 at multiples of `scale_factor` (the encoder's input
+/// grid, preprocess_reference_pixels); as a phrase naming the sizes, or ""
+/// when it can. Needs only the image's size, so it runs before any decoding.
+std::string reference_size_problem(int64_t image_w, int64_t image_h, int64_t gen_width, int64_t gen_height,
+                                   int64_t scale_factor = 32);
+
 /// Official `resizepad`: LANCZOS-resize (PIL-exact) to fit inside tw x th
 /// keeping the aspect (scale = min(tw/w0, th/h0), sizes max(1, round-half-even
 /// (w0*scale))), pasted centred (offset ((tw-rw)//2, (th-rh)//2)) on a white
@@ -42,7 +50,7 @@ Tensor preprocess_reference_pixels(const Tensor& canvas, int64_t th, int64_t tw,
 /// latent size * 16). Returns [48, 1, hi, wi] f32 with hi = Hc/16, wi = Wc/16;
 /// for packing, reshape to [1, 1, 48, 1, hi, wi] (ref_image_feat) and use
 /// RefImageShape{hi, wi}. Errors: Error naming the file (unreadable /
-/// unsupported / corrupt image) or the size problem.
+/// unsupported / corrupt image, or reference_size_problem).
 Tensor encode_reference_image(const std::string& path, int64_t gen_width, int64_t gen_height,
                               const Wan22Encoder& encoder);
 

@@ -10,6 +10,7 @@
 #include "io/image.h"
 #include "io/json_depth.h"
 #include "io/mmap_file.h"
+#include "pipeline/reference_image.h"
 
 namespace magi2::server {
 
@@ -175,11 +176,14 @@ JobRequest parse_video_request(const std::map<std::string, Field>& fields, const
   if (const Field* f = get("input_reference")) {
     const std::string bytes = reference_bytes(*f);
     if (bytes.empty()) bad("input_reference", "'input_reference' is empty");
+    Tensor rgb;
     try {
-      decode_image_rgb(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "input_reference");
+      rgb = decode_image_rgb(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "input_reference");
     } catch (const Error& e) {
       bad("input_reference", str_cat("'input_reference' is not a readable PNG or JPEG image: ", e.what()));
     }
+    const std::string why = reference_size_problem(rgb.size(1), rgb.size(0), p.pixel_width(), p.pixel_height());
+    if (!why.empty()) bad("input_reference", str_cat("'input_reference': ", why));
     write_file_atomic(upload_path, bytes);
     r.upload = p.image = upload_path;
   }

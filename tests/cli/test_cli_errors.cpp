@@ -2,9 +2,12 @@
 // fault and a non-zero exit, and no output file left behind.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "media/png.h"
 #include "util/cli.h"
 #include "util/testing.h"
 
@@ -54,6 +57,43 @@ TEST(CliErrors, InputsThatAreNotFilesAreNamedSo) {
   expect_one_line_error(magi2(gen("--image /nonexistent.png" + out)), "/nonexistent.png: does not exist");
   expect_one_line_error(magi2("generate --prompt-file /dev/zero" + out), "is a character device");
   expect_one_line_error(magi2("generate --samples /tmp" + out), "is a folder");
+}
+
+TEST(CliErrors, DevicesAreNotFolders) {
+  const std::string out = " --save-latents /tmp/magi2_devfolder_x.safetensors";
+  expect_one_line_error(magi2("generate --model /dev/zero --prompt x" + out), "/dev/zero' is a character device");
+  expect_one_line_error(magi2(gen("--save-latents /dev/null/x.safetensors")), "is a character device");
+  expect_one_line_error(magi2(gen("-o /tmp/magi2_fmt.mp4 --audio-format mp3")), "--audio-format");
+}
+
+TEST(CliErrors, ServeAndMakeTinyCountsOutsideTheirRange) {
+  // Checked before the model is loaded (10^8 HTTP threads used to abort in std::thread).
+  for (const char* flags : {"--http-threads 100000000", "--http-threads 1", "--max-side 999999", "--max-side 8",
+                            "--max-steps 0", "--max-steps 100000", "--max-seconds 1e9", "--max-seconds nan",
+                            "--keep 0", "--max-queue 0", "--max-body-mb 99999999", "--threads 99999"}) {
+    const std::string flag = std::string(flags).substr(0, std::string(flags).find(' '));
+    expect_one_line_error(magi2(std::string("serve --port 0 ") + flags), flag);
+  }
+  expect_one_line_error(magi2("serve --max-queue -1"), "--max-queue");
+  const std::string dir = temp_dir("cli_tiny_seed") + "/m";
+  expect_one_line_error(magi2("make-tiny --seed -1 " + dir), "--seed");
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
+TEST(CliErrors, ReferenceImageTooElongatedForTheSizeIsRefusedUpFront) {
+  // 640x16 fits a 96x2 canvas at 96x64: refused from the header, naming the
+  // flag and the file, before the model or the image decoder runs.
+  const std::string dir = temp_dir("cli_ref_geometry");
+  Tensor strip = Tensor::empty({16, 640, 3}, DType::U8);
+  std::memset(strip.data(), 90, strip.nbytes());
+  const std::string png = dir + "/strip.png";
+  {
+    std::ofstream f(png, std::ios::binary);
+    f << encode_png_rgb(strip);
+  }
+  CliRun r = magi2(gen("--image " + png + " --save-latents " + dir + "/lat.safetensors"));
+  expect_one_line_error(r, "--image " + png + ": image 640x16 fits a 96x2 canvas");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/lat.safetensors"));
 }
 
 TEST(CliErrors, OutputsMustDifferFromInputsAndEachOther) {

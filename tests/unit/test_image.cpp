@@ -13,6 +13,7 @@
 
 #include "io/image.h"
 #include "io/image_resize.h"
+#include "pipeline/reference_image.h"
 #include "util/testing.h"
 
 namespace magi2::test {
@@ -295,6 +296,50 @@ TEST(ImageErrors, OneLineNamingTheFile) {
   std::string jb((std::istreambuf_iterator<char>(jin)), std::istreambuf_iterator<char>());
   std::ofstream(dir + "/cut.jpg", std::ios::binary) << jb.substr(0, jb.size() / 2);
   EXPECT_TRUE(throws_with([&] { load_image_rgb(dir + "/cut.jpg"); }, {"cut.jpg", "cannot decode JPEG"}));
+}
+
+TEST(ImageErrors, EntropyDataCutBeforeTheEndMarkerIsTruncation) {
+  // The scan data cut short but the file still ends in EOI: libjpeg would
+  // fill the missing blocks with gray (a 1 kB file could become 170 Mpx), PIL
+  // calls it truncated, and so do we.
+  const std::string dir = temp_dir("image_cut_scan");
+  std::vector<uint8_t> px(64 * 64 * 3);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 37 + i / 191);
+  std::ifstream in(write_jpeg(dir + "/ok.jpg", 64, 64, 3, px), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t sos = bytes.rfind("\xff\xda");
+  ASSERT_NE(sos, std::string::npos);
+  const std::string cut = bytes.substr(0, sos + (bytes.size() - sos) / 3) + "\xff\xd9";
+  std::ofstream(dir + "/cut.jpg", std::ios::binary) << cut;
+  EXPECT_TRUE(throws_with([&] { load_image_rgb(dir + "/cut.jpg"); }, {"cut.jpg", "cannot decode JPEG"}));
+}
+
+TEST(ImageProbe, SizeFromTheHeaderAfterOrientation) {
+  const std::string dir = temp_dir("image_probe");
+  PngSpec s{40, 8, PNG_COLOR_TYPE_RGB, 8, std::vector<uint8_t>(40 * 8 * 3, 5)};
+  write_png(dir + "/wide.png", s);
+  EXPECT_EQ(probe_image_size(dir + "/wide.png").width, 40);
+  EXPECT_EQ(probe_image_size(dir + "/wide.png").height, 8);
+  std::vector<uint8_t> px(24 * 16 * 3, 50);
+  // EXIF 6 (rotate 90): the decoded image is 16 x 24, and so is the probe.
+  const std::string rot = write_jpeg(dir + "/rot.jpg", 24, 16, 3, px, exif_block(6, true, /*jpeg_prefix=*/true));
+  const ImageSize r = probe_image_size(rot);
+  const Tensor t = load_image_rgb(rot);
+  EXPECT_EQ(r.width, t.size(1));
+  EXPECT_EQ(r.height, t.size(0));
+  EXPECT_EQ(r.width, 16);
+  std::ofstream(dir + "/bomb.png", std::ios::binary) << png_claiming(20000, 10000);
+  EXPECT_TRUE(throws_with([&] { probe_image_size(dir + "/bomb.png"); }, {"bomb.png", "178956970"}));
+  EXPECT_TRUE(throws_with([&] { probe_image_size("/dev/zero"); }, {"/dev/zero", "character device"}));
+}
+
+TEST(ImageProbe, ReferenceSizeProblemNeedsOnlyTheSize) {
+  EXPECT_EQ(reference_size_problem(1024, 768, 448, 256), "");
+  // 640x16 at 96x64: a 96x2 canvas, under the encoder's 32-pixel grid.
+  const std::string why = reference_size_problem(640, 16, 96, 64);
+  EXPECT_NE(why.find("640x16"), std::string::npos) << why;
+  EXPECT_NE(why.find("96x2"), std::string::npos) << why;
+  EXPECT_NE(reference_size_problem(16, 600, 448, 256), "");
 }
 
 TEST(ImageResize, TrivialCases) {

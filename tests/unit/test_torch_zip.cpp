@@ -227,7 +227,7 @@ TEST_F(TorchZipBad, StackAndMarkDisciplineIsChecked) {
   // stack under the mark, and the next 't' then crashed in libstdc++).
   const std::string below = ckpt("below", "\x80\x02K\x01(\x85t.");
   EXPECT_TRUE(throws_with([&] { load_torch_checkpoint(below); }, {below, "TUPLE at byte 5", "above the last MARK"}));
-  for (const std::string op : {"s"s, "a"s, "R"s, "b"s, "\x93"s, "Q"s, "q\0"s}) {
+  for (const std::string& op : {"s"s, "a"s, "R"s, "b"s, "\x93"s, "Q"s, "q\0"s}) {
     const std::string p = cat({"\x80\x02}K\x01(", op, "t."});
     ASSERT_EQ(p.size(), 6 + op.size() + 2);
     const std::string path = ckpt("op", p);
@@ -253,7 +253,7 @@ TEST_F(TorchZipBad, LargeDictsFillInLinearTime) {
   // opcode made this quadratic). The values are ints, so loading then stops
   // at the first non-tensor entry.
   std::string pkl = "\x80\x02}q"s + '\0';
-  for (int i = 0; i < 200000; ++i) pkl += cat({ustr("k" + std::to_string(i)), "K\x01s"});
+  for (int i = 0; i < 200000; ++i) pkl += cat({ustr(str_cat("k", i)), "K\x01s"});
   pkl += ".";
   const std::string p = ckpt("big", pkl);
   EXPECT_EQ(torch_checkpoint_keys(p).size(), 200000u);

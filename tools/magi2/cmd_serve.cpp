@@ -23,6 +23,12 @@ namespace magi2::cli {
 
 namespace {
 
+// Ranges of the serve-only flags (the engine's own are in Limits).
+constexpr size_t kMaxServeQueue = 10000;
+constexpr size_t kMaxServeKeep = 100000;
+constexpr size_t kMaxServeBodyMb = 4096;
+constexpr int kMaxServeHttpThreads = 1024;
+
 struct ServeArgs {
   EngineOptions engine;
   server::ServerOptions server;
@@ -35,12 +41,23 @@ struct ServeArgs {
 int run_serve(ServeArgs& a) {
   a.engine.cache = cache_env();
   a.server.queue.output_dir = a.output_dir;
+  // Every count and size has a documented range (--help), checked before the
+  // model is loaded: an unbounded one is a crash (10^8 HTTP threads) or a
+  // limit that lets requests past the engine's own (Limits).
+  const auto in_range = [](const char* flag, auto v, auto lo, auto hi) {
+    MAGI2_CHECK(v >= lo && v <= hi, flag, " must be in [", lo, ", ", hi, "], got ", v);
+  };
+  in_range("--threads", a.engine.threads, 0, Limits::kMaxThreads);
+  in_range("--port", a.server.port, 0, 65535);
+  in_range("--max-queue", a.server.queue.max_queued, size_t{1}, kMaxServeQueue);
+  in_range("--keep", a.server.queue.keep_finished, size_t{1}, kMaxServeKeep);
+  in_range("--max-body-mb", a.max_body_mb, size_t{1}, kMaxServeBodyMb);
+  in_range("--max-side", a.server.limits.max_side, int64_t{16}, Limits::kMaxSide);
+  in_range("--max-steps", a.server.limits.max_steps, 1, Limits::kMaxSteps);
+  in_range("--http-threads", a.server.http_threads, 2, kMaxServeHttpThreads);
+  MAGI2_CHECK(a.server.limits.max_seconds > 0 && a.server.limits.max_seconds <= Limits::kMaxSeconds,
+              "--max-seconds must be in (0, ", Limits::kMaxSeconds, "], got ", a.server.limits.max_seconds);
   a.server.max_body_bytes = a.max_body_mb << 20;
-  MAGI2_CHECK(a.server.port >= 0 && a.server.port <= 65535, "--port must be in [0, 65535], got ", a.server.port);
-  MAGI2_CHECK(a.server.queue.max_queued >= 1, "--max-queue must be >= 1");
-  MAGI2_CHECK(a.server.http_threads >= 2, "--http-threads must be >= 2, got ", a.server.http_threads);
-  MAGI2_CHECK(a.max_body_mb >= 1, "--max-body-mb must be >= 1");
-  MAGI2_CHECK(a.server.limits.max_seconds > 0, "--max-seconds must be > 0");
   // An endpoint (flag or $OPENAI_BASE_URL) lets requests ask for enhance_prompt: true.
   if (!a.pe.base_url.empty() || std::getenv("OPENAI_BASE_URL")) {
     a.engine.prompt_enhancement = pe_endpoint(a.pe);
@@ -100,9 +117,9 @@ Command serve_command() {
         ->envname("MAGI2_TRANSFORMER");
     s->add_option("--text-encoder", a.engine.text_encoder, "Qwen3.5 text encoder folder (overrides MODEL/text_encoder)")
         ->envname("MAGI2_TEXT_ENCODER");
-    s->add_option("--threads", a.engine.threads, "CPU threads (0: all)")->envname("MAGI2_THREADS");
+    s->add_option("--threads", a.engine.threads, "CPU threads, 0..1024 (0: all)")->envname("MAGI2_THREADS");
     s->add_option("--host", a.server.host, "address to listen on")->envname("MAGI2_HOST")->capture_default_str();
-    s->add_option("--port", a.server.port, "port to listen on (0: any free one, printed at start)")
+    s->add_option("--port", a.server.port, "port to listen on, 0..65535 (0: any free one, printed at start)")
         ->envname("MAGI2_PORT")
         ->capture_default_str();
     s->add_option("--api-key", a.server.api_key, "require 'Authorization: Bearer KEY' (except /health)")
@@ -110,25 +127,28 @@ Command serve_command() {
     s->add_option("--output-dir", a.output_dir, "folder of the finished videos (ID.mp4, ID.png)")
         ->envname("MAGI2_OUTPUT_DIR")
         ->capture_default_str();
-    s->add_option("--max-queue", a.server.queue.max_queued, "jobs waiting beyond the running one (more: 429)")
+    s->add_option("--max-queue", a.server.queue.max_queued, "jobs waiting beyond the running one, 1..10000 (more: 429)")
+        ->check(CLI::NonNegativeNumber)  // CLI11 would wrap "-1" into SIZE_MAX
         ->envname("MAGI2_MAX_QUEUE")
         ->capture_default_str();
-    s->add_option("--keep", a.server.queue.keep_finished, "finished jobs kept with their files (oldest dropped)")
+    s->add_option("--keep", a.server.queue.keep_finished, "finished jobs kept with their files, 1..100000 (oldest dropped)")
+        ->check(CLI::NonNegativeNumber)  // CLI11 would wrap "-1" into SIZE_MAX
         ->envname("MAGI2_KEEP")
         ->capture_default_str();
-    s->add_option("--max-body-mb", a.max_body_mb, "largest request body in MiB (more: 413)")
+    s->add_option("--max-body-mb", a.max_body_mb, "largest request body in MiB, 1..4096 (more: 413)")
+        ->check(CLI::NonNegativeNumber)  // CLI11 would wrap "-1" into SIZE_MAX
         ->envname("MAGI2_MAX_BODY_MB")
         ->capture_default_str();
-    s->add_option("--max-seconds", a.server.limits.max_seconds, "longest clip a request may ask for")
+    s->add_option("--max-seconds", a.server.limits.max_seconds, "longest clip a request may ask for, in seconds, (0, 60]")
         ->envname("MAGI2_MAX_SECONDS")
         ->capture_default_str();
-    s->add_option("--max-side", a.server.limits.max_side, "largest width or height a request may ask for")
+    s->add_option("--max-side", a.server.limits.max_side, "largest width or height a request may ask for, 16..2048")
         ->envname("MAGI2_MAX_SIDE")
         ->capture_default_str();
-    s->add_option("--max-steps", a.server.limits.max_steps, "most denoising steps a request may ask for")
+    s->add_option("--max-steps", a.server.limits.max_steps, "most denoising steps a request may ask for, 1..1000")
         ->envname("MAGI2_MAX_STEPS")
         ->capture_default_str();
-    s->add_option("--http-threads", a.server.http_threads, "connections served at once (events and /sync hold one)")
+    s->add_option("--http-threads", a.server.http_threads, "connections served at once, 2..1024 (events and /sync hold one)")
         ->envname("MAGI2_HTTP_THREADS")
         ->capture_default_str();
     s->add_flag("--cancel-on-stop", a.cancel_on_stop, "on SIGTERM cancel the running job instead of finishing it")
