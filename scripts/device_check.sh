@@ -40,6 +40,16 @@ for t in $tests; do
 done
 timeout \${MAGI2_BENCH_TIMEOUT:-400} ./run.sh ./magi2 bench \${MAGI2_BENCH_ARGS:-} --json "\$OUT/bench.json" 2>&1 | tee "\$OUT/bench.log"
 for b in $benches; do timeout \${MAGI2_KERNEL_BENCH_TIMEOUT:-120} ./run.sh ./\$b > "\$OUT/\$b.log" 2>&1; echo "\$b: exit \$?"; tail -25 "\$OUT/\$b.log"; done
+# Opt-in (MAGI2_DEVICE_FUSED=1 in the run command): the DiT step test and magi2 bench again with the fused
+# mHC and router kernels switched on (bench_moe above times them without the switches).
+if [ -n "\${MAGI2_DEVICE_FUSED:-}" ]; then
+  export MAGI2_MHC_KERNEL=fused MAGI2_ROUTER_KERNEL=fused
+  for t in test_cuda_dit_step test_cuda_backend_ops; do
+    timeout \${MAGI2_TEST_TIMEOUT:-300} ./run.sh ./\$t > "\$OUT/\$t.fused.log" 2>&1; echo "\$t (fused kernels): exit \$? (\$(grep -E 'PASSED|FAILED' "\$OUT/\$t.fused.log" | tr '\n' ' '))"
+  done
+  timeout \${MAGI2_BENCH_TIMEOUT:-400} ./run.sh ./magi2 bench \${MAGI2_BENCH_ARGS:-} --json "\$OUT/bench.fused.json" 2>&1 | tee "\$OUT/bench.fused.log"
+  unset MAGI2_MHC_KERNEL MAGI2_ROUTER_KERNEL
+fi
 # The same layers through the official PyTorch code (shared/oracle), when its tree is carried as .oracle/official.
 if [ -d "\$here/../.oracle/official" ] && [ -n "\${MAGI2_OFFICIAL_BENCH:-}" ]; then
   PYTHONUNBUFFERED=1 timeout \${MAGI2_OFFICIAL_TIMEOUT:-200} python3 oracle/bench_official_layers.py \\
