@@ -113,13 +113,21 @@ __global__ void __launch_bounds__(kLgWarps * 32, 2)
           if (!((in_m >> i) & 1u)) a[ii] = zero;
         }
 #pragma unroll
-        for (int s = 0; s < kSplits; ++s)
+        for (int nt = 0; nt < kLogitTiles; ++nt) {
+          // The chunk's split terms on a zeroed accumulator, then one IEEE add (as route_fused.cu).
+          float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-          for (int nt = 0; nt < kLogitTiles; ++nt) {
+          for (int s = 0; s < kSplits; ++s) {
             const uint4 b = __ldg(bm + ((q * kSplits + s) * kLogitTiles + nt) * 32 + lane);
-            mma_chunk(acc[2 * hh][nt], a[0], a[1], b);
-            mma_chunk(acc[2 * hh + 1][nt], a[2], a[3], b);
+            mma_chunk(part[0], a[0], a[1], b);
+            mma_chunk(part[1], a[2], a[3], b);
           }
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            acc[2 * hh][nt][c] += part[0][c];
+            acc[2 * hh + 1][nt][c] += part[1][c];
+          }
+        }
       }
     }
   }

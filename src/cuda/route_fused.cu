@@ -88,14 +88,23 @@ __global__ void __launch_bounds__(kRtWarps * 32, 2)
     }
     const uint4* bq = split + ((h * nq + q) * kSplits) * ntiles * 32;
 #pragma unroll
-    for (int s = 0; s < kSplits; ++s)
+    for (int nt = 0; nt < kMaxTilesPerWarp; ++nt) {
+      if (nt >= ntw) break;
+      // A chunk's three split terms on a zeroed tensor-core accumulator, then one
+      // IEEE add into the running sum: the tensor core's truncating alignment only
+      // ever sees a 32-term partial sum, not the whole dot product.
+      float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-      for (int nt = 0; nt < kMaxTilesPerWarp; ++nt) {
-        if (nt >= ntw) break;
+      for (int s = 0; s < kSplits; ++s) {
         const uint4 b = __ldg(bq + (s * ntiles + eq * ntw + nt) * 32 + lane);
-        mma_chunk(acc[0][nt], a[0], a[1], b);
-        mma_chunk(acc[1][nt], a[2], a[3], b);
+        mma_chunk(part[0], a[0], a[1], b);
+        mma_chunk(part[1], a[2], a[3], b);
       }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[mt][nt][c] += part[mt][c];
+    }
   }
   // C fragment: c0, c1 row g, columns 2 quad + {0, 1}; c2, c3 row g + 8.
 #pragma unroll

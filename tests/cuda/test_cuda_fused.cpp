@@ -6,7 +6,7 @@
 //   lost split term or a misplaced fragment is >= 1e-3);
 // - mHC pre and post + residual: bit for bit (same fp32 operations);
 // - router: the same experts on every (head, token) whose CPU selection margin
-//   exceeds 0.01 and weights within 1e-5 relative; bit for bit where the
+//   exceeds 0.01 and weights within 3e-5 relative; bit for bit where the
 //   logits are exact (zero gate rows) and for forced routing's indices.
 // Each fast launcher must accept these shapes (returns true), so the test
 // cannot pass on the reference fallback. Skips when no GPU is present (CI).
@@ -180,7 +180,7 @@ TEST_F(CudaFusedTest, RouterSelectsAsTheReferenceWhereTheMarginIsClear) {
         for (int j = 0; j < k && ok; ++j) {
           const int32_t* hit = std::find(b, b + k, a[j]);
           ok = hit != b + k;
-          if (ok && std::fabs(wb[hit - b] - wa[j]) > 1e-5f * std::fabs(wa[j]) + 1e-6f) ++weight_bad;
+          if (ok && std::fabs(wb[hit - b] - wa[j]) > 3e-5f * std::fabs(wa[j]) + 1e-6f) ++weight_bad;
         }
         same += ok;
         if (!force) max_margin_err = std::max(max_margin_err, std::fabs(static_cast<double>(mgh.data_as<float>()[i]) - m));
