@@ -19,20 +19,19 @@
 #include <vector>
 
 #include "cpu/cpu_common.h"
+#include "cpu/attn_tiles.h"
 #include "cpu/cpu_ops.h"
 
 namespace magi2::cpu {
 
 namespace {
-
-constexpr int kTileQ = 4;   // queries per register tile
-constexpr int kTileK = 64;  // keys per register tile
 constexpr int kBlockQ = 16; // queries sharing one score buffer
+}  // namespace
 
 /// e^x for x <= 0 (softmax after the max shift), within ~2 ulp of expf:
 /// Cody-Waite reduction by ln 2 and the Cephes degree-6 polynomial; x below
 /// -87 (result under 2^-125) gives 0. Plain float ops only, so it vectorises.
-inline float exp_nonpositive(float x) {
+float exp_nonpositive(float x) {
   const float xc = std::max(x, -87.0f);
   const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
   const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
@@ -105,8 +104,6 @@ void pv_tile(const float* p, int64_t ldp, const float* v, int64_t len, int64_t h
     }
   }
 }
-
-}  // namespace
 
 void attention(const AttentionParams& p) {
   MAGI2_CHECK(p.cu_seqlens.defined() && p.cu_seqlens.numel() >= 2, "attention: cu_seqlens is missing");

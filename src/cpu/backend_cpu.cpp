@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
   void rope(const RopeParams& p) override { cpu::rope(p); }
   void attention(const AttentionParams& p) override { cpu::attention(p); }
   void attn_qkv(const AttnQkvParams& p) override { cpu::attn_qkv(p); }
+  void block_sparse_attention(const BlockSparseAttentionParams& p) override { cpu::block_sparse_attention(p); }
   void attn_out(const AttnOutParams& p) override { cpu::attn_out(p); }
   void gate(const GateParams& p) override { cpu::gate(p); }
   void add(const AddParams& p) override { cpu::add(p); }

@@ -22,6 +22,7 @@ void rope_table(const RopeTableParams& p);      // rope.cpp
 void rope(const RopeParams& p);                 // rope.cpp
 void attention(const AttentionParams& p);       // attention.cpp
 void attn_qkv(const AttnQkvParams& p);          // attn_glue.cpp
+void block_sparse_attention(const BlockSparseAttentionParams& p);  // block_sparse_attention.cpp
 void attn_out(const AttnOutParams& p);          // attn_glue.cpp
 
 /// The learned-sink factor exp(lse - logaddexp(lse, sink)) of spec §6.1 in

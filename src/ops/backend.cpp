@@ -24,6 +24,10 @@ std::unique_ptr<StepGraph> Backend::capture(std::function<void()> body) {
   return std::make_unique<BodyGraph>(std::move(body));
 }
 
+void Backend::block_sparse_attention(const BlockSparseAttentionParams&) {
+  throw Error(str_cat("block_sparse_attention: not implemented on the ", name(), " backend (the refiner runs on cpu)"));
+}
+
 Tensor to_backend(Backend& be, const Tensor& t) {
   if (!t.defined() || (t.device() == be.device() && t.is_contiguous())) return t;
   Tensor d = be.alloc(t.shape(), t.dtype());

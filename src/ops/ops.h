@@ -143,6 +143,25 @@ struct AttentionParams {
   Tensor lse;  ///< optional [T, H] f32 output: defer the sink to attn_out
 };
 
+/// Block-sparse (range-list) attention, the refiner's window attention
+/// (official MagiAttention flex_flash_attn_func with full-type ranges; docs/refiner.md §5):
+/// query row i attends to the union of k_ranges[p] over the pairs p whose
+/// q_ranges[p] holds i; o = bf16(softmax(scale q k^T) v) over those keys with
+/// fp32 softmax and P*V (the bytes of `attention` without a sink when the keys
+/// are one contiguous range). q [T, Hq, hd], k, v [T, Hkv, hd], o [T, Hq, hd]
+/// bf16 contiguous, Hq a multiple of Hkv (kv head j serves q heads
+/// [j*Hq/Hkv, (j+1)*Hq/Hkv)). q_ranges, k_ranges [P, 2] i32 half-open token
+/// ranges, host tensors (the layout is static per request shape); two q ranges
+/// are either equal or disjoint, and the k ranges of one q range never
+/// overlap (what the refiner's builder makes; checked). A row no pair covers
+/// gets zeros. Errors name the offending argument.
+struct BlockSparseAttentionParams {
+  Tensor q, k, v;
+  Tensor o;
+  Tensor q_ranges, k_ranges;
+  float scale = 0.f;
+};
+
 /// Attention producer after the qkv GEMM (spec §6 steps 4-6), one op:
 /// for output (token-order) row n and source row s = src_rows[n] of qkv
 /// (modality order), per head h:
@@ -728,6 +747,8 @@ class Backend {
   virtual void rope(const RopeParams& p) = 0;
   virtual void attention(const AttentionParams& p) = 0;
   virtual void attn_qkv(const AttnQkvParams& p) = 0;
+  /// Default: Error naming the backend (only the CPU backend implements it today).
+  virtual void block_sparse_attention(const BlockSparseAttentionParams& p);
   virtual void attn_out(const AttnOutParams& p) = 0;
   virtual void gate(const GateParams& p) = 0;
   virtual void add(const AddParams& p) = 0;

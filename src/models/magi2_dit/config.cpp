@@ -1,4 +1,5 @@
 #include "models/magi2_dit/config.h"
+#include "models/json_fields.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -12,6 +13,9 @@
 namespace magi2 {
 
 using json = nlohmann::json;
+using config_json::check_keys;
+using config_json::get;
+using config_json::section;
 
 DitArch::DitArch() {
   for (int i = 2; i < 38; ++i) moe_layers.push_back(i);
@@ -74,55 +78,6 @@ Magi2Config Magi2Config::release() {
   return c;
 }
 
-namespace {
-
-// Whether a JSON value has the kind a field needs. nlohmann's get<T>() converts
-// silently between numbers and booleans (4.5 -> 4, true -> 1, 2^32 -> 0), so the
-// kind is checked first; integers are accepted where a real number is expected.
-bool has_kind(const json& v, const int*) {
-  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(INT32_MAX);
-  return v.is_number_integer() && v.get<int64_t>() >= INT32_MIN && v.get<int64_t>() <= INT32_MAX;
-}
-bool has_kind(const json& v, const double*) { return v.is_number(); }
-bool has_kind(const json& v, const bool*) { return v.is_boolean(); }
-bool has_kind(const json& v, const std::string*) { return v.is_string(); }
-bool has_kind(const json& v, const std::vector<int>*) {
-  return v.is_array() && std::all_of(v.begin(), v.end(), [](const json& x) {
-           return has_kind(x, static_cast<const int*>(nullptr));
-         });
-}
-
-// Reads `obj[key]` into `out` when present; a type mismatch names the key and file.
-template <typename T>
-void get(const json& obj, const char* key, T* out, const std::string& where, const std::string& src) {
-  if (!obj.contains(key)) return;
-  const json& v = obj.at(key);
-  if (!has_kind(v, static_cast<const T*>(out)))
-    throw Error(str_cat("config '", src, "': ", where, key, " has the wrong type (", v.dump(), ")"));
-  *out = v.get<T>();
-}
-
-// The sub-object `obj[key]`, or null when absent. A present non-object is an error:
-// `"attn_gating": false` would otherwise be ignored and the default kept.
-const json* section(const json& obj, const char* key, const std::string& where, const std::string& src) {
-  if (!obj.contains(key)) return nullptr;
-  const json& v = obj.at(key);
-  if (!v.is_object())
-    throw Error(str_cat("config '", src, "': ", where, key, " has the wrong type (", v.dump(),
-                        "), expected an object"));
-  return &v;
-}
-
-void check_keys(const json& obj, std::initializer_list<const char*> known, const std::string& where,
-                const std::string& src) {
-  for (auto it = obj.begin(); it != obj.end(); ++it) {
-    bool ok = false;
-    for (const char* k : known) ok = ok || it.key() == k;
-    if (!ok) throw Error(str_cat("config '", src, "': unknown key ", where, it.key()));
-  }
-}
-
-}  // namespace
 
 Magi2Config Magi2Config::from_json_text(const std::string& text, const std::string& src) {
   // Any JSON type mismatch below (a number where a string is due, ...)

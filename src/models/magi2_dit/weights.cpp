@@ -2,16 +2,15 @@
 
 #include <cstdlib>
 #include <functional>
-#include <map>
-#include <sstream>
 
 #include "core/error.h"
+#include "models/magi2_dit/strict_bind.h"
 
 namespace magi2 {
 
 namespace {
 
-using Visit = std::function<void(const std::string& name, const Shape& shape, DType dtype, Tensor* dst)>;
+using Visit = TensorVisit;
 
 // Walks every official tensor of the architecture in module order; `w` may be
 // null (specs only). Shapes from spec §2.3-2.7.
@@ -85,22 +84,6 @@ void visit_dit_tensors(const DitArch& a, DitWeights* w, const Visit& f) {
   f("post_adapter.final_linear_audio.weight", {a.audio_in_channels, vw}, F, p(&DitWeights::final_linear_audio));
 }
 
-// Canonical official name: drop a leading "transformer.", map "layers." to
-// "block.layers." (spec §2.1: both spellings occur in the ecosystem).
-std::string canonical_name(const std::string& raw) {
-  std::string n = raw;
-  if (n.rfind("transformer.", 0) == 0) n = n.substr(12);
-  if (n.rfind("layers.", 0) == 0) n = "block." + n;
-  return n;
-}
-
-std::string join_list(const std::vector<std::string>& items, size_t max_items) {
-  std::ostringstream os;
-  for (size_t i = 0; i < items.size() && i < max_items; ++i) os << (i ? ", " : "") << items[i];
-  if (items.size() > max_items) os << ", ... (" << items.size() - max_items << " more)";
-  return os.str();
-}
-
 }  // namespace
 
 std::vector<DitTensorSpec> dit_tensor_specs(const DitArch& arch) {
@@ -140,52 +123,9 @@ DitWeights DitWeights::bind(const Checkpoint& ckpt, const DitArch& arch) {
   }
   if (const char* src = std::getenv("MAGI2_ROUTER_BIAS_SOURCE")) w.router_bias_from_ema = std::string(src) != "main";
 
-  std::map<std::string, std::string> by_canonical;  // canonical -> raw
-  std::vector<std::string> duplicated;
-  for (const auto& raw : ckpt.names()) {
-    auto [it, inserted] = by_canonical.emplace(canonical_name(raw), raw);
-    if (!inserted) duplicated.push_back(raw);
-  }
-  std::vector<std::string> missing, wrong;
-  std::map<std::string, bool> used;
-  visit_dit_tensors(arch, &w, [&](const std::string& name, const Shape& shape, DType dtype, Tensor* dst) {
-    auto it = by_canonical.find(name);
-    if (it == by_canonical.end()) {
-      missing.push_back(name);
-      return;
-    }
-    used[it->first] = true;
-    const SafetensorsEntry& e = ckpt.entry(it->second);
-    if (e.shape != shape) {
-      wrong.push_back(str_cat(name, " (expected ", shape_str(shape), ", got ", shape_str(e.shape), ")"));
-      return;
-    }
-    const bool is_float = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16;
-    if (!is_float) {
-      wrong.push_back(str_cat(name, " (dtype ", dtype_name(e.dtype), " is not a float type)"));
-      return;
-    }
-    Tensor t = ckpt.tensor(it->second);
-    // Load-time cast to the parameter dtype, as the official loader's
-    // tensor.to(dtype) (spec §2.2 step 1); zero-copy when it already matches.
-    *dst = e.dtype == dtype ? t : t.to(dtype);
-    w.num_tensors += 1;
-    w.num_bytes += dst->nbytes();
-  });
-  std::vector<std::string> unexpected;
-  for (const auto& [canon, raw] : by_canonical)
-    if (!used.count(canon)) unexpected.push_back(raw);
-  if (!missing.empty() || !unexpected.empty() || !wrong.empty() || !duplicated.empty()) {
-    std::ostringstream os;
-    os << "checkpoint '" << ckpt.path() << "' does not match the DiT config:";
-    if (!missing.empty()) os << " " << missing.size() << " missing [" << join_list(missing, 8) << "];";
-    if (!unexpected.empty()) os << " " << unexpected.size() << " unexpected [" << join_list(unexpected, 8) << "];";
-    if (!wrong.empty()) os << " " << wrong.size() << " with the wrong shape/dtype [" << join_list(wrong, 8) << "];";
-    if (!duplicated.empty()) os << " " << duplicated.size() << " duplicated [" << join_list(duplicated, 8) << "];";
-    std::string msg = os.str();
-    msg.pop_back();
-    throw Error(msg);
-  }
+  bind_checkpoint_strict(
+      ckpt, "DiT",
+      [&](const TensorVisit& f) { visit_dit_tensors(arch, &w, f); }, &w.num_tensors, &w.num_bytes);
   return w;
 }
 

@@ -1,0 +1,80 @@
+#include "models/magi2_dit/strict_bind.h"
+
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace magi2 {
+
+namespace {
+
+std::string join_list(const std::vector<std::string>& items, size_t max_items) {
+  std::ostringstream os;
+  for (size_t i = 0; i < items.size() && i < max_items; ++i) os << (i ? ", " : "") << items[i];
+  if (items.size() > max_items) os << ", ... (" << items.size() - max_items << " more)";
+  return os.str();
+}
+
+}  // namespace
+
+std::string canonical_tensor_name(const std::string& raw) {
+  std::string n = raw;
+  if (n.rfind("transformer.", 0) == 0) n = n.substr(12);
+  if (n.rfind("layers.", 0) == 0) n = "block." + n;
+  return n;
+}
+
+void bind_checkpoint_strict(const Checkpoint& ckpt, const std::string& what,
+                            const std::function<void(const TensorVisit&)>& walk, size_t* num_tensors,
+                            size_t* num_bytes) {
+  std::map<std::string, std::string> by_canonical;  // canonical -> raw
+  std::vector<std::string> duplicated;
+  for (const auto& raw : ckpt.names()) {
+    auto [it, inserted] = by_canonical.emplace(canonical_tensor_name(raw), raw);
+    if (!inserted) duplicated.push_back(raw);
+  }
+  std::vector<std::string> missing, wrong;
+  std::map<std::string, bool> used;
+  walk([&](const std::string& name, const Shape& shape, DType dtype, Tensor* dst) {
+    auto it = by_canonical.find(name);
+    if (it == by_canonical.end()) {
+      missing.push_back(name);
+      return;
+    }
+    used[it->first] = true;
+    const SafetensorsEntry& e = ckpt.entry(it->second);
+    if (e.shape != shape) {
+      wrong.push_back(str_cat(name, " (expected ", shape_str(shape), ", got ", shape_str(e.shape), ")"));
+      return;
+    }
+    const bool is_float = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16;
+    if (!is_float) {
+      wrong.push_back(str_cat(name, " (dtype ", dtype_name(e.dtype), " is not a float type)"));
+      return;
+    }
+    Tensor t = ckpt.tensor(it->second);
+    // Load-time cast to the parameter dtype, as the official loader's
+    // tensor.to(dtype) (spec §2.2 step 1); zero-copy when it already matches.
+    *dst = e.dtype == dtype ? t : t.to(dtype);
+    *num_tensors += 1;
+    *num_bytes += dst->nbytes();
+  });
+  std::vector<std::string> unexpected;
+  for (const auto& [canon, raw] : by_canonical)
+    if (!used.count(canon)) unexpected.push_back(raw);
+  if (!missing.empty() || !unexpected.empty() || !wrong.empty() || !duplicated.empty()) {
+    std::ostringstream os;
+    os << "checkpoint '" << ckpt.path() << "' does not match the " << what << " config:";
+    if (!missing.empty()) os << " " << missing.size() << " missing [" << join_list(missing, 8) << "];";
+    if (!unexpected.empty()) os << " " << unexpected.size() << " unexpected [" << join_list(unexpected, 8) << "];";
+    if (!wrong.empty()) os << " " << wrong.size() << " with the wrong shape/dtype [" << join_list(wrong, 8) << "];";
+    if (!duplicated.empty()) os << " " << duplicated.size() << " duplicated [" << join_list(duplicated, 8) << "];";
+    std::string msg = os.str();
+    msg.pop_back();
+    throw Error(msg);
+  }
+}
+
+}  // namespace magi2

@@ -1,0 +1,203 @@
+#include "models/magi2_refiner/refiner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace magi2 {
+
+/// Activations of one layout (packed order = token order; "perm" rows are the
+/// modality order the per-modality weights need: video, audio, text).
+class RefinerWorkspace {
+ public:
+  RefinerWorkspace(const RefinerArch& a, int64_t n, int64_t c_pad, Backend& be) : n(n) {
+    const int64_t d = a.hidden_size, hd = a.head_dim, hq = a.num_heads_q(), hk = a.num_heads_kv();
+    const int64_t im = a.intermediate();
+    const DType F = DType::F32, B = DType::BF16;
+    x_in = be.alloc({n, c_pad}, F);
+    x_p = be.alloc({n, c_pad}, F);
+    rope = be.alloc({n, 6 * a.rope_bands()}, F);
+    state = be.alloc({n, d}, F);
+    state_bf = be.alloc({n, d}, B);
+    xn = be.alloc({n, d}, B);
+    qkv = be.alloc({n, (hq + 2 * hk) * hd}, B);
+    g = be.alloc({n, hq}, B);
+    qf = be.alloc({n, hq * hd}, F);
+    kf = be.alloc({n, hk * hd}, F);
+    q = be.alloc({n, hq, hd}, B);
+    k = be.alloc({n, hk, hd}, B);
+    v = be.alloc({n, hk, hd}, B);
+    o = be.alloc({n, hq, hd}, B);
+    o_p = be.alloc({n, hq, hd}, B);
+    branch = be.alloc({n, d}, B);
+    branch_f = be.alloc({n, d}, F);
+    u = be.alloc({n, 2 * im}, B);
+    z = be.alloc({n, im}, B);
+    fin = be.alloc({n, d}, F);
+    out_p = be.alloc({n, 64}, F);
+    out = be.alloc({n, 64}, F);
+  }
+  int64_t n;
+  Tensor x_in, x_p, rope, state, state_bf, xn, qkv, g, qf, kf, q, k, v, o, o_p, branch, branch_f, u, z, fin, out_p, out;
+  Tensor perm, inv;  ///< perm[i] = token of modality-order row i; inv[token] = its modality-order row
+  Groups groups3, groups1;
+  std::vector<int32_t> modality_host;
+};
+
+Refiner::Refiner(const RefinerArch& arch, const RefinerWeights& weights, Backend& backend)
+    : arch_(arch), w_(weights), be_(backend) {
+  arch_.validate("Refiner");
+  MAGI2_CHECK(static_cast<int>(w_.layers.size()) == arch_.num_layers, "Refiner: weights have ", w_.layers.size(),
+              " layers, config says ", arch_.num_layers);
+  MAGI2_CHECK(std::max(arch_.video_in_channels, arch_.audio_in_channels) <= 64,
+              "Refiner: video/audio in-channels above 64 are not supported");
+}
+
+Refiner::~Refiner() = default;
+
+void Refiner::prepare(const RefinerPlan& plan) {
+  const int64_t n = plan.layout.tokens();
+  check_tensor(plan.modality, {n}, DType::I32, "refiner plan modality");
+  if (!ws_ || ws_->n != n || ws_->x_in.size(1) != plan.c_pad)
+    ws_ = std::make_unique<RefinerWorkspace>(arch_, n, plan.c_pad, be_);
+  RefinerWorkspace& ws = *ws_;
+  const int32_t* mod = plan.modality.data_as<int32_t>();
+  if (ws.perm.defined() && std::equal(mod, mod + n, ws.modality_host.begin())) return;
+  // Stable counting sort by modality: any permutation gives the same per-token
+  // results (every op is row-invariant), a stable one makes it reproducible.
+  int64_t count[3] = {0, 0, 0};
+  for (int64_t i = 0; i < n; ++i) {
+    MAGI2_CHECK(mod[i] >= 0 && mod[i] <= 2, "refiner plan modality: token ", i, " has modality ", mod[i]);
+    ++count[mod[i]];
+  }
+  ws.groups3.count = 3;
+  ws.groups3.cu = {0, count[0], count[0] + count[1], n};
+  ws.groups1 = Groups::single(n);
+  std::vector<int32_t> perm(n), inv(n);
+  int64_t next[3] = {0, count[0], count[0] + count[1]};
+  for (int64_t i = 0; i < n; ++i) {
+    perm[next[mod[i]]] = static_cast<int32_t>(i);
+    inv[i] = static_cast<int32_t>(next[mod[i]]++);
+  }
+  ws.perm = to_backend(be_, Tensor::from_i32({n}, perm));
+  ws.inv = to_backend(be_, Tensor::from_i32({n}, inv));
+  ws.modality_host.assign(mod, mod + n);
+}
+
+Tensor Refiner::unpermute(const Tensor& t) const {
+  const int64_t n = ws_->n;
+  const Tensor src = t.is_contiguous() ? t.reshape({n, t.numel() / n}) : t;
+  Tensor out = be_.alloc({n, src.size(1)}, t.dtype());
+  be_.gather_rows({.src = src, .dst = out, .index = ws_->inv});
+  return to_host(be_, out).to(DType::F32);
+}
+
+Tensor Refiner::forward(const RefinerPlan& plan, const Tensor& x, const RefinerDump& dump) {
+  const int64_t n = plan.layout.tokens();
+  check_tensor(x, {n, plan.c_pad}, DType::F32, "refiner input x");
+  check_tensor(plan.coords, {n, 9}, DType::F32, "refiner plan coords");
+  prepare(plan);
+  plan_q_ = plan.q_ranges;
+  plan_k_ = plan.k_ranges;
+  RefinerWorkspace& ws = *ws_;
+  be_.mark("outside");
+  be_.copy({.src = x, .dst = ws.x_in});
+  be_.gather_rows({.src = ws.x_in, .dst = ws.x_p, .index = ws.perm});
+  be_.rope_table({.coords = to_backend(be_, plan.coords), .bands = w_.rope_bands, .out = ws.rope});
+  if (dump) dump("rope", to_host(be_, ws.rope));
+
+  // Pre-adapter: one fp32 linear per modality on its first C_m channels.
+  const Tensor* emb_w[3] = {&w_.video_embedder_w, &w_.audio_embedder_w, &w_.text_embedder_w};
+  const Tensor* emb_b[3] = {&w_.video_embedder_b, &w_.audio_embedder_b, &w_.text_embedder_b};
+  const int64_t chans[3] = {arch_.video_in_channels, arch_.audio_in_channels, arch_.text_in_channels};
+  for (int m = 0; m < 3; ++m) {
+    const int64_t r0 = ws.groups3.cu[m], r1 = ws.groups3.cu[m + 1];
+    if (r0 == r1) continue;
+    be_.linear({.x = ws.x_p.slice_rows(r0, r1).slice_cols(0, chans[m]),
+                .w = *emb_w[m],
+                .bias = *emb_b[m],
+                .y = ws.state.slice_rows(r0, r1),
+                .groups = Groups::single(r1 - r0)});
+  }
+  if (dump) dump("pre_adapter_x", unpermute(ws.state));
+  // The block runs in params_dtype: the stream starts as bf16 values.
+  be_.cast({.src = ws.state, .dst = ws.state_bf});
+  be_.cast({.src = ws.state_bf, .dst = ws.state});
+  if (dump) dump("block_in", unpermute(ws.state));
+
+  for (int l = 0; l < arch_.num_layers; ++l) layer(l, dump);
+
+  be_.mark("outside");
+  // Post-adapter: fp32 RMSNorm + fp32 linear for the video and the audio rows.
+  be_.zero(ws.out_p);
+  const Tensor* fnorm[2] = {&w_.final_norm_video, &w_.final_norm_audio};
+  const Tensor* flin[2] = {&w_.final_linear_video, &w_.final_linear_audio};
+  for (int m = 0; m < 2; ++m) {
+    const int64_t r0 = ws.groups3.cu[m], r1 = ws.groups3.cu[m + 1];
+    if (r0 == r1) continue;
+    const Groups g = Groups::single(r1 - r0);
+    be_.rms_norm({.x = ws.state.slice_rows(r0, r1), .w = *fnorm[m], .y = ws.fin.slice_rows(r0, r1), .groups = g});
+    be_.linear({.x = ws.fin.slice_rows(r0, r1),
+                .w = *flin[m],
+                .y = ws.out_p.slice_rows(r0, r1).slice_cols(0, chans[m]),
+                .groups = g});
+  }
+  be_.gather_rows({.src = ws.out_p, .dst = ws.out, .index = ws.inv});
+  return to_host(be_, ws.out);
+}
+
+void Refiner::layer(int l, const RefinerDump& dump) {
+  RefinerWorkspace& ws = *ws_;
+  const RefinerLayerWeights& L = w_.layers[l];
+  const Groups& g = L.mm ? ws.groups3 : ws.groups1;
+  const int64_t n = ws.n, d = arch_.hidden_size, hd = arch_.head_dim;
+  const int64_t hq = arch_.num_heads_q(), hk = arch_.num_heads_kv();
+
+  // Attention: bf16 GEMMs on the normalised stream; q/k RMSNorm in fp32, RoPE
+  // in fp32, bf16 into the block-window attention, a per-head sigmoid gate.
+  be_.mark("attn.proj");
+  be_.rms_norm({.x = ws.state, .w = L.attn_pre_norm, .y = ws.xn, .groups = g});
+  be_.linear({.x = ws.xn, .w = L.linear_qkv, .y = ws.qkv, .groups = g});
+  be_.linear({.x = ws.xn, .w = L.linear_g, .y = ws.g, .groups = g});
+  be_.mark("attn.glue");
+  be_.rms_norm({.x = ws.qkv.slice_cols(0, hq * hd), .w = L.q_norm, .y = ws.qf, .groups = g, .heads = hq});
+  be_.rms_norm({.x = ws.qkv.slice_cols(hq * hd, (hq + hk) * hd), .w = L.k_norm, .y = ws.kf, .groups = g, .heads = hk});
+  be_.rope({.x = ws.qf.reshape({n, hq, hd}), .table = ws.rope, .out = ws.q, .src_rows = ws.inv});
+  be_.rope({.x = ws.kf.reshape({n, hk, hd}), .table = ws.rope, .out = ws.k, .src_rows = ws.inv});
+  be_.gather_rows(
+      {.src = ws.qkv.slice_cols((hq + hk) * hd, (hq + 2 * hk) * hd), .dst = ws.v.reshape({n, hk * hd}), .index = ws.inv});
+  be_.mark("attn.core");
+  be_.block_sparse_attention({.q = ws.q,
+                              .k = ws.k,
+                              .v = ws.v,
+                              .o = ws.o,
+                              .q_ranges = plan_q_,
+                              .k_ranges = plan_k_,
+                              .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)))});
+  be_.mark("attn.glue");
+  be_.attn_out({.o = ws.o, .g = ws.g, .src_rows = ws.perm, .out = ws.o_p});
+  be_.mark("attn.proj");
+  be_.linear({.x = ws.o_p.reshape({n, hq * hd}), .w = L.linear_proj, .y = ws.branch, .groups = g});
+  if (dump) dump("l" + std::to_string(l) + "_attn_out", unpermute(ws.branch));
+  be_.cast({.src = ws.branch, .dst = ws.branch_f});
+  be_.add({.a = ws.state, .b = ws.branch_f, .out = ws.state});
+  if (l == 0) {  // the stream is still bf16 here (bf16 + bf16 in the official code)
+    be_.cast({.src = ws.state, .dst = ws.state_bf});
+    be_.cast({.src = ws.state_bf, .dst = ws.state});
+  }
+
+  // MLP: SwiGLU7 between two bf16 GEMMs; the fp32 sum makes the stream fp32 from here on.
+  be_.mark("mlp");
+  be_.rms_norm({.x = ws.state, .w = L.mlp_pre_norm, .y = ws.xn, .groups = g});
+  be_.linear({.x = ws.xn, .w = L.up_gate_proj, .y = ws.u, .groups = g});
+  be_.swiglu7({.u = ws.u, .z = ws.z});
+  be_.linear({.x = ws.z, .w = L.down_proj, .y = ws.branch, .groups = g});
+  be_.cast({.src = ws.branch, .dst = ws.branch_f});
+  be_.add({.a = ws.state, .b = ws.branch_f, .out = ws.state});
+  if (dump) dump("l" + std::to_string(l) + "_out", unpermute(ws.state));
+  (void)d;
+}
+
+}  // namespace magi2

@@ -1,0 +1,53 @@
+// The MAGI-2 refiner transformer forward on a Backend (official
+// inference/model/magi2_refiner.py Transformer.forward; docs/refiner.md §2):
+// pre-adapter, layers of gated GQA block-window attention + SwiGLU7 MLP with
+// per-modality weights in the mm layers, post-adapter. No timestep input.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/magi2_refiner/config.h"
+#include "models/magi2_refiner/tokens.h"
+#include "models/magi2_refiner/weights.h"
+#include "ops/ops.h"
+
+namespace magi2 {
+
+/// Testing hook: named intermediates as host f32 tensors in packed token
+/// order: rope, pre_adapter_x, block_in, l{i}_attn_out, l{i}_out.
+using RefinerDump = std::function<void(const std::string&, const Tensor&)>;
+
+class RefinerWorkspace;
+
+/// A refiner bound to weights and a backend; activations are planned once per
+/// layout and reused by later forwards of the same layout.
+class Refiner {
+ public:
+  /// `weights` must outlive the Refiner. Throws Error on an invalid arch.
+  Refiner(const RefinerArch& arch, const RefinerWeights& weights, Backend& backend);
+  ~Refiner();
+
+  /// One forward: x [N, c_pad] f32 packed by pack_refiner_tokens for `plan`.
+  /// Returns out [N, 64] f32 host tensor in packed order (video rows cols
+  /// 0..47, audio rows 0..63, text rows 0). Errors name the offending input.
+  Tensor forward(const RefinerPlan& plan, const Tensor& x, const RefinerDump& dump = {});
+
+  const RefinerArch& arch() const { return arch_; }
+  Backend& backend() const { return be_; }
+
+ private:
+  void prepare(const RefinerPlan& plan);
+  void layer(int l, const RefinerDump& dump);
+  Tensor unpermute(const Tensor& t) const;
+
+  RefinerArch arch_;
+  const RefinerWeights& w_;
+  Backend& be_;
+  std::unique_ptr<RefinerWorkspace> ws_;
+  Tensor plan_q_, plan_k_;  ///< the attention pairs of the current forward's plan (host)
+};
+
+}  // namespace magi2
