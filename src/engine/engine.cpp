@@ -18,12 +18,14 @@
 #include "io/safetensors.h"
 #include "media/png.h"
 #include "models/magi2_dit/dit.h"
+#include "models/magi2_refiner/refiner.h"
 #include "models/qwen35/tok_unicode.h"
 #include "models/wan22_vae/encoder.h"
 #include "models/wan22_vae/weights.h"
 #include "pipeline/device_select.h"
 #include "pipeline/decode.h"
 #include "pipeline/generate.h"
+#include "pipeline/refine.h"
 #include "pipeline/reference_image.h"
 
 namespace magi2 {
@@ -92,6 +94,30 @@ struct Engine::State {
   std::optional<ClipDecoders> decoders;
   std::unique_ptr<Wan22EncoderWeights> wan_w;
   std::unique_ptr<Wan22Encoder> wan;
+  // The 1080p refiner (CPU backend: block_sparse_attention has no CUDA kernel yet).
+  struct RefinerModel {
+    RefinerConfig config;
+    Checkpoint ckpt;
+    RefinerWeights weights;
+    std::unique_ptr<Refiner> model;
+  };
+  std::unique_ptr<RefinerModel> refiner;
+  double refiner_load_ms = 0;
+
+  void load_refiner() {
+    if (refiner) return;
+    const auto t = Clock::now();
+    auto r = std::make_unique<RefinerModel>();
+    r->config = refiner_config_for_model(model.root, config.config);
+    r->ckpt = Checkpoint::open(find_refiner_dir(model.root));
+    r->weights = RefinerWeights::bind(r->ckpt, r->config.arch);
+    MAGI2_CHECK(r->config.arch.text_in_channels == model.config.arch.text_in_channels, "refiner config ",
+                r->config.source, ": text_in_channels ", r->config.arch.text_in_channels, " differs from the DiT's ",
+                model.config.arch.text_in_channels);
+    r->model = std::make_unique<Refiner>(r->config.arch, r->weights, *be);
+    refiner = std::move(r);
+    refiner_load_ms = ms_since(t);
+  }
 
   // OpenMP's thread count is per calling thread, and the CPU backend sets it
   // only on the thread that made it: a server's worker thread would run with
@@ -189,8 +215,9 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
     s.load_text_encoder();
     r.uncond = s.uncond_for(p.negative_prompt, p.truncate);
   }
-  // Decoders are loaded before the first step, so a bad decoder checkpoint
-  // costs no denoising time.
+  // The refiner and the decoders are loaded before the first step, so a bad
+  // checkpoint costs no denoising time.
+  if (p.refines()) s.load_refiner();
   if (p.decodes() && !s.decoders) {
     const auto t = Clock::now();
     s.decoders.emplace(ClipDecoders::load(s.model.root, *s.be));
@@ -302,7 +329,19 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
     o.cancelled = true;
     return o;
   }
-  GenerateResult g = generate_latents(*s.dit, req);
+  GenerateResult g;
+  if (p.refine_from.empty()) {
+    g = generate_latents(*s.dit, req);
+  } else {  // `magi2 refine`: the preview latents of an earlier --save-latents
+    auto lf = SafetensorsFile::open(p.refine_from);
+    g.latent = need(*lf, "final_latent", "--latents").to(DType::F32);
+    g.audio_latent = need(*lf, "final_audio_latent", "--latents").to(DType::F32);
+    const Shape want{1, cfg.arch.video_in_channels, req.latent.frames, req.latent.height, req.latent.width};
+    MAGI2_CHECK(g.latent.shape() == want, "--latents ", p.refine_from, ": final_latent is ",
+                shape_str(g.latent.shape()), ", the request (--seconds, preview size) needs ", shape_str(want));
+    check_tensor(g.audio_latent, {1, req.latent.audio_frames, cfg.arch.audio_in_channels}, DType::F32,
+                 str_cat("--latents ", p.refine_from, ": final_audio_latent"));
+  }
   o.denoise_ms = ms_since(t_loop);
   o.steps = static_cast<int>(g.step_ms.size());
   o.latent_shape = g.latent.shape();
@@ -317,6 +356,34 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
   // written; the message names the stream and the step count.
   check_finite(g.latent, str_cat(p.label, ": video latent after step ", o.steps));
   check_finite(g.audio_latent, str_cat(p.label, ": audio latent after step ", o.steps));
+  RefineResult rf;
+  if (p.refines()) {
+    MAGI2_CHECK(s.refiner, "request '", p.label, "' was not prepared for the refiner");
+    const auto t_ref = Clock::now();
+    RefineRequest rr;
+    rr.preview_latent = g.latent;
+    rr.text_cond = r.cond;
+    rr.text_uncond = r.uncond;
+    rr.width_px = p.refiner_width;
+    rr.height_px = p.refiner_height;
+    rr.num_steps = p.refiner_steps;
+    rr.seed = p.seed;
+    rr.on_progress = [&](int step, int steps, double ms) {
+      if (cb.on_log)
+        cb.on_log(str_cat("refiner step ", step + 1, "/", steps, " ", static_cast<int64_t>(ms), " ms"));
+      return !(cb.should_cancel && cb.should_cancel());
+    };
+    rf = refine_latents(*s.refiner->model, s.refiner->config, rr);
+    o.refine_ms = ms_since(t_ref);
+    o.refiner_steps = static_cast<int>(rf.step_ms.size());
+    if (rf.cancelled) {
+      o.cancelled = true;
+      o.total_ms = ms_since(t_job);
+      return o;
+    }
+    g.latent = rf.latent;  // the audio latent stays the preview's (docs/refiner.md §7)
+    o.latent_shape = g.latent.shape();
+  }
   if (!p.save_prompt_path.empty()) write_file_atomic(p.save_prompt_path, saved_prompt(p));
   if (!p.latents_path.empty())
     write_safetensors(p.latents_path, {{"final_latent", g.latent}, {"final_audio_latent", g.audio_latent}});
@@ -324,7 +391,8 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
   double out_ms = 0;
   if (p.decodes()) {
     MAGI2_CHECK(s.decoders, "request '", p.label, "' was not prepared for decoding");
-    const Clip clip = s.decoders->decode(g.latent, g.audio_latent, &dt);
+    Clip clip = s.decoders->decode(g.latent, g.audio_latent, &dt);
+    if (p.refines()) clip.fps *= 2;  // the refiner's latent runs on the 25 fps timeline
     const auto t_out = Clock::now();
     o.report = write_outputs(clip, p.outputs);
     if (!p.thumbnail_path.empty()) {
@@ -344,12 +412,16 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
                         {"prompt_tokens", r.prompt_tokens},
                         {"steps", g.step_ms.size()},
                         {"step_ms", g.step_ms},
+                        {"refiner_step_ms", rf.step_ms},
+                        {"refiner_tokens_per_forward", rf.tokens},
                         {"phase_ms",
                          {{"load", s.load_ms},
                           {"text_encoder_load_and_negative", s.text_ms},
                           {"prompt", r.prompt_ms},
                           {"reference_image", image_ms},
                           {"denoise", o.denoise_ms},
+                          {"refiner_load", s.refiner_load_ms},
+                          {"refine", o.refine_ms},
                           {"decoder_load", r.decoder_load_ms},
                           {"decode_video", dt.video_ms},
                           {"decode_audio", dt.audio_ms},

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/json_depth.h"
 #include "io/mmap_file.h"
 
 namespace magi2 {
@@ -31,6 +32,28 @@ Magi2Config config_for_model(const std::string& model_root, const std::string& c
     if (fs::is_regular_file(p, ec)) return Magi2Config::from_file(p.string());
   }
   return Magi2Config::release();
+}
+
+RefinerConfig refiner_config_for_model(const std::string& model_root, const std::string& config_path) {
+  std::string path = config_path;
+  if (path.empty() && !model_root.empty()) {
+    const fs::path p = fs::path(model_root) / "config.json";
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) path = p.string();
+  }
+  if (path.empty()) return RefinerConfig::release();
+  const std::string text = read_text_file(path);
+  const nlohmann::json j = parse_json_text(text, str_cat("config '", path, "'"));
+  if (!j.is_object() || !j.contains("magi2_refiner_arch_config")) return RefinerConfig::release();
+  return RefinerConfig::from_json_text(text, path);
+}
+
+std::string find_refiner_dir(const std::string& model_root) {
+  const fs::path p = fs::path(model_root) / "refiner";
+  MAGI2_CHECK(fs::exists(p / "model.safetensors.index.json") || fs::exists(p / "model.safetensors"), "model folder '",
+              model_root, "' has no refiner/ checkpoint (the 1080p refiner): use --resolution 272p or 540p, or a "
+              "complete official model folder");
+  return p.string();
 }
 
 LoadedDit load_dit(const std::string& model, const std::string& transformer, const std::string& config_path) {

@@ -7,6 +7,7 @@
 #include "io/checkpoint.h"
 #include "models/magi2_dit/config.h"
 #include "models/magi2_dit/weights.h"
+#include "models/magi2_refiner/config.h"
 
 namespace magi2 {
 
@@ -22,6 +23,16 @@ std::string find_transformer_dir(const std::string& path);
 /// config.json: release config). Errors: those of Magi2Config::from_file
 /// (unreadable file, bad JSON, bad key), naming the file.
 Magi2Config config_for_model(const std::string& model_root, const std::string& config_path);
+
+/// The refiner config of a model folder, chosen like config_for_model(): the
+/// same file when it has a magi2_refiner_arch_config section (the official
+/// configs/magi2_refiner.json layout, and make-tiny's config.json), else the
+/// built-in release values. Errors: those of RefinerConfig::from_json_text.
+RefinerConfig refiner_config_for_model(const std::string& model_root, const std::string& config_path);
+
+/// The refiner checkpoint folder of a model folder: `model_root`/refiner.
+/// Error naming the folder when it is missing.
+std::string find_refiner_dir(const std::string& model_root);
 
 /// A loaded DiT: where it came from, config, open checkpoint and bound weights.
 struct LoadedDit {

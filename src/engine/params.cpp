@@ -13,8 +13,8 @@
 
 namespace magi2 {
 
-int64_t GenerateParams::pixel_width() const { return width ? width : (resolution == "540p" ? 896 : 448); }
-int64_t GenerateParams::pixel_height() const { return height ? height : (resolution == "540p" ? 512 : 256); }
+int64_t GenerateParams::pixel_width() const { return width ? width : (resolution == "272p" ? 448 : 896); }
+int64_t GenerateParams::pixel_height() const { return height ? height : (resolution == "272p" ? 256 : 512); }
 
 void validate(const EngineOptions& c) {
   MAGI2_CHECK(c.threads >= 0 && c.threads <= Limits::kMaxThreads, "--threads must be in [0, ", Limits::kMaxThreads,
@@ -44,6 +44,7 @@ void check_paths_distinct(const GenerateParams& p) {
       {p.metrics_path, "--metrics"},        {p.thumbnail_path, "thumbnail"},
       {p.save_prompt_path, "--save-prompt"}};
   const std::pair<std::string, const char*> inputs[] = {{p.image, "--image"},
+                                                        {p.refine_from, "--latents"},
                                                         {p.text_features, "--text-features"},
                                                         {p.noise, "--noise"},
                                                         {p.routing_override, "--routing-override"}};
@@ -62,8 +63,22 @@ void check_paths_distinct(const GenerateParams& p) {
 }  // namespace
 
 void validate(const GenerateParams& p) {
-  MAGI2_CHECK(p.resolution == "272p" || p.resolution == "540p", "--resolution must be 272p or 540p, got '",
-              p.resolution, "'");
+  MAGI2_CHECK(p.resolution == "272p" || p.resolution == "540p" || p.resolution == "1080p",
+              "--resolution must be 272p, 540p or 1080p, got '", p.resolution, "'");
+  MAGI2_CHECK(p.refines() || p.refine_from.empty(), "--latents (refine saved preview latents) needs --resolution 1080p");
+  MAGI2_CHECK(p.refiner_steps == -1 || (p.refiner_steps >= 1 && p.refiner_steps <= Limits::kMaxSteps),
+              "--refiner-num-inference-steps must be in [1, ", Limits::kMaxSteps, "], got ", p.refiner_steps);
+  for (const auto& [v, flag] : {std::pair{p.refiner_width, "--refiner-width"}, std::pair{p.refiner_height, "--refiner-height"}})
+    MAGI2_CHECK(v >= 16 && v <= Limits::kMaxRefinerSide && v % 16 == 0, flag, " must be a multiple of 16 in [16, ",
+                Limits::kMaxRefinerSide, "], got ", v);
+  MAGI2_CHECK(!p.refines() || static_cast<double>(p.refiner_width) * p.refiner_height * p.seconds <=
+                                  Limits::kMaxRefinerPixelSeconds,
+              "--refiner-width x --refiner-height x --seconds = ", p.refiner_width, " x ", p.refiner_height, " x ",
+              p.seconds, " exceeds the largest refined clip (1920 x 1088 x 30 s)");
+  if (!p.refine_from.empty()) {
+    const std::string why = file_problem(p.refine_from);
+    MAGI2_CHECK(why.empty(), "--latents ", p.refine_from, ": ", why);
+  }
   MAGI2_CHECK((p.width == 0) == (p.height == 0), "--width and --height go together");
   MAGI2_CHECK(p.steps == -1 || (p.steps >= 1 && p.steps <= Limits::kMaxSteps),
               "--num-inference-steps must be in [1, ", Limits::kMaxSteps, "], got ", p.steps);
@@ -87,7 +102,7 @@ void validate(const GenerateParams& p) {
   MAGI2_CHECK(decode || (p.outputs.output_width == 0 && p.outputs.output_height == 0),
               "--output-width/--output-height resize decoded frames: give -o FILE.mp4 or --save-frames too");
   MAGI2_CHECK(decode || p.thumbnail_path.empty(), "a thumbnail needs a decoded output (MP4, frames or WAV)");
-  if (decode) check_output_plan(p.outputs, p.pixel_width(), p.pixel_height());
+  if (decode) check_output_plan(p.outputs, p.decoded_width(), p.decoded_height());
   MAGI2_CHECK(!p.enhance_prompt || p.text_features.empty(),
               "--enhance-prompt rewrites a prompt: it cannot go with --text-features");
   MAGI2_CHECK(p.save_prompt_path.empty() || p.text_features.empty(),

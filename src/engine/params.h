@@ -52,6 +52,9 @@ struct Limits {
   static constexpr int64_t kMaxOutputSide = 8192;  ///< [--output-width/--output-height] 0 (decoded size) or 1..8192
   static constexpr double kMaxGuidance = 100;     ///< guidance scales: finite, |g| <= 100
   static constexpr int kMaxThreads = 1024;        ///< [--threads] 0 (all cores)..1024
+  static constexpr int64_t kMaxRefinerSide = 4096;  ///< [--refiner-width/--refiner-height] 16..4096, multiples of 16
+  /// Largest refined clip: refiner width x height x seconds (3x the 1080p 10 s release clip).
+  static constexpr double kMaxRefinerPixelSeconds = 1920.0 * 1088.0 * 30.0;
 };
 
 /// One generation request. Defaults are the CLI's.
@@ -65,8 +68,15 @@ struct GenerateParams {
   std::string negative_prompt;  ///< "" = the official default negative prompt
   bool truncate = false;        ///< cut prompts over the tokenizer limit (else an Error)
   std::string image;            ///< I2VA reference image (PNG/JPEG); "" = text-to-video
-  std::string resolution = "272p";  ///< 272p (448x256) or 540p (896x512), unless width/height are given
-  int64_t width = 0, height = 0;    ///< pixels, multiples of 16; both or neither (0 = from resolution)
+  /// 272p (448x256), 540p (896x512), or 1080p: the preview at 896x512 (or width x height), then
+  /// the refiner to refiner_width x refiner_height at 25 fps (docs/refiner.md).
+  std::string resolution = "272p";
+  int64_t width = 0, height = 0;    ///< preview pixels, multiples of 16; both or neither (0 = from resolution)
+  int64_t refiner_width = 1920, refiner_height = 1088;  ///< 1080p: refiner output pixels, multiples of 16
+  int refiner_steps = -1;           ///< 1080p: refiner steps; -1 = the config's magi2_refiner_num_inference_steps
+  /// Refine these saved preview latents (final_latent, final_audio_latent of
+  /// --save-latents) instead of denoising: `magi2 refine --latents`. Needs 1080p.
+  std::string refine_from;
   double seconds = 10.0;            ///< clip length
   uint64_t seed = 42;               ///< Philox noise seed
   int steps = -1;                   ///< denoising steps; -1 = the config's num_inference_steps
@@ -90,6 +100,11 @@ struct GenerateParams {
   /// Width and height in pixels: width/height when given, else the resolution's.
   int64_t pixel_width() const;
   int64_t pixel_height() const;
+  /// Whether the refiner stage runs (resolution 1080p).
+  bool refines() const { return resolution == "1080p"; }
+  /// Size of the decoded frames: the refiner's for 1080p, else the preview's.
+  int64_t decoded_width() const { return refines() ? refiner_width : pixel_width(); }
+  int64_t decoded_height() const { return refines() ? refiner_height : pixel_height(); }
   /// Whether the request decodes (some of MP4, frames, WAV asked for).
   bool decodes() const { return !outputs.mp4_path.empty() || !outputs.frames_dir.empty() || !outputs.wav_path.empty(); }
 };
@@ -146,6 +161,8 @@ struct GenerateOutcome {
   OutputReport report;          ///< digests, shapes and sizes of the written outputs
   int steps = 0;                ///< steps run
   double denoise_ms = 0;        ///< wall time of the loop
+  int refiner_steps = 0;        ///< refiner steps run (1080p)
+  double refine_ms = 0;         ///< wall time of the refiner stage
   double total_ms = 0;          ///< wall time of the whole run
 };
 

@@ -18,6 +18,8 @@
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
 #include "models/magi2_dit/weights.h"
+#include "models/magi2_refiner/config.h"
+#include "models/magi2_refiner/weights.h"
 #include "models/oobleck/tiny.h"
 #include "models/turbovae/decoder.h"
 #include "models/turbovae/tiny.h"
@@ -58,7 +60,32 @@ constexpr const char* kTinyConfigJson = R"JSON({
       "modality_specific_expert_intermediate_size": 48, "num_heads": 4
     }
   },
+  "magi2_refiner_arch_config": {
+    "num_layers": 4, "hidden_size": 64, "head_dim": 32, "num_query_groups": 1,
+    "video_in_channels": 48, "audio_in_channels": 64, "text_in_channels": 64,
+    "checkpoint_qk_layernorm_rope": false, "params_dtype": "bfloat16", "mm_layers": [0, 3],
+    "local_attn_layers": [0, 1, 2, 3], "enable_attn_gating": true, "post_norm_layers": [],
+    "activation_type": "swiglu7"
+  },
   "evaluation_config": {
+    "use_magi2_refiner": true, "magi2_refiner_model_name": "magi2_refiner",
+    "magi2_refiner_video_txt_guidance_scale": 2.0, "magi2_refiner_audio_txt_guidance_scale": 5.0,
+    "magi2_refiner_noise_value": 220, "magi2_refiner_vae_stride": [4, 16, 16],
+    "magi2_refiner_patch_size": [1, 1, 1], "magi2_refiner_audio_noise_scale": -1.0,
+    "magi2_refiner_data_proxy_config": {
+      "t_patch_size": 1, "patch_size": 1, "frame_receptive_field": 11,
+      "spatial_rope_interpolation": "extra", "coords_style": "v1", "text_offset": 0,
+      "magi2_refiner_condition_input": "none",
+      "attn_config": {
+        "mode": "window", "block_t_size": 8, "block_size": 4,
+        "window": {
+          "level": "block", "block_mode": "grid", "block_t_radius": 2, "block_h_radius": 2,
+          "block_w_radius": 2, "win_size": 384, "frame_receptive_field": -1,
+          "auto_range_merge": true, "sparse_load": false, "full_attn_layers": []
+        }
+      }
+    },
+    "magi2_refiner_num_inference_steps": 5, "magi2_refiner_shift": 5.0,
     "fps": 12.5, "shift": 7.0, "vae_stride": [8, 16, 16], "patch_size": [1, 1, 1],
     "z_dim": 48, "txt_encoder_type": "qwen35",
     "video_txt_guidance_scale": 5.0, "audio_txt_guidance_scale": 7.0,
@@ -76,7 +103,7 @@ constexpr const char* kTinyConfigJson = R"JSON({
   }
 })JSON";
 
-constexpr const char* kTinyCacheName = "tiny-v3";  // bump when the generator, recipe or layout changes
+constexpr const char* kTinyCacheName = "tiny-v4";  // bump when the generator, recipe or layout changes
 constexpr const char* kShard1 = "model-00001-of-00002.safetensors";
 constexpr const char* kShard2 = "model-00002-of-00002.safetensors";
 constexpr const char* kIndex = "model.safetensors.index.json";
@@ -197,26 +224,35 @@ bool is_complete_tiny(const fs::path& d) {
          fs::is_regular_file(d / "turbo_vae" / kTurboVaeConfigName, ec) &&
          fs::is_regular_file(d / "stable-audio-open-1.0" / "model.safetensors", ec) &&
          fs::is_regular_file(d / "stable-audio-open-1.0" / "model_config.json", ec) &&
-         fs::is_regular_file(d / "vae" / "Wan2.2_VAE.pth", ec);
+         fs::is_regular_file(d / "vae" / "Wan2.2_VAE.pth", ec) && fs::is_regular_file(d / "refiner" / kIndex, ec) &&
+         fs::is_regular_file(d / "refiner" / kShard1, ec) && fs::is_regular_file(d / "refiner" / kShard2, ec);
 }
 
-void write_folder(const fs::path& root, uint64_t seed) {
-  const Magi2Config cfg = tiny_config();
-  const auto specs = dit_tensor_specs(cfg.arch);
+// One checkpoint folder in the official layout: two shards + index.
+void write_checkpoint(const fs::path& dir, const std::vector<DitTensorSpec>& specs, int num_layers, uint64_t seed) {
   std::map<std::string, std::vector<std::pair<std::string, Tensor>>> shards;
   nlohmann::json weight_map = nlohmann::json::object();
   size_t total = 0;
   for (const auto& s : specs) {
     Tensor t = random_dit_tensor(s, seed);
     total += t.nbytes();
-    const char* shard = shard_of(s.name, cfg.arch.num_layers);
+    const char* shard = shard_of(s.name, num_layers);
     weight_map[s.name] = shard;
     shards[shard].emplace_back(s.name, std::move(t));
   }
-  const fs::path pdir = root / "preview";
-  for (const auto& [file, tensors] : shards) write_safetensors((pdir / file).string(), tensors, {{"format", "pt"}});
+  for (const auto& [file, tensors] : shards) write_safetensors((dir / file).string(), tensors, {{"format", "pt"}});
   nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_file_atomic((pdir / kIndex).string(), index.dump(2) + "\n");
+  write_file_atomic((dir / kIndex).string(), index.dump(2) + "\n");
+}
+
+void write_folder(const fs::path& root, uint64_t seed) {
+  const Magi2Config cfg = tiny_config();
+  write_checkpoint(root / "preview", dit_tensor_specs(cfg.arch), cfg.arch.num_layers, seed);
+  // The 1080p refiner: the same init recipes by tensor name, its own seed stream.
+  const RefinerConfig rc = RefinerConfig::from_json_text(kTinyConfigJson, "<built-in tiny config>");
+  std::vector<DitTensorSpec> rspecs;
+  for (const auto& [name, sd] : RefinerWeights::specs(rc.arch)) rspecs.push_back({name, sd.first, sd.second});
+  write_checkpoint(root / "refiner", rspecs, rc.arch.num_layers, seed ^ 0x726566696e6572ull);
   write_file_atomic((root / "config.json").string(), tiny_config_json());
   write_tiny_text_encoder((root / "text_encoder").string(), seed);
   // The codecs, each in its official file format and folder.
@@ -268,7 +304,7 @@ void make_tiny_model(const std::string& dir, uint64_t seed) {
   const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   fs::remove_all(tmp, ec);  // a leftover of a crashed run with a recycled pid
   try {
-    for (const char* sub : {"preview", "text_encoder", "turbo_vae", "stable-audio-open-1.0", "vae"}) {
+    for (const char* sub : {"preview", "refiner", "text_encoder", "turbo_vae", "stable-audio-open-1.0", "vae"}) {
       fs::create_directories(tmp / sub, ec);
       if (ec) throw Error(str_cat("make-tiny: cannot create '", (tmp / sub).string(), "': ", ec.message()));
     }

@@ -39,6 +39,9 @@ std::string tiny_config_json();
 ///   dir/preview/model-00001-of-00002.safetensors      adapters + first half of the layers
 ///   dir/preview/model-00002-of-00002.safetensors      second half of the layers
 ///   dir/preview/model.safetensors.index.json          {"metadata": {"total_size"}, "weight_map"}
+///   dir/refiner/{model-0000{1,2}-of-00002.safetensors, model.safetensors.index.json}
+///                                                    the tiny 1080p refiner (magi2_refiner_arch_config of
+///                                                    config.json: 4 layers, hidden 64, GQA 2/1; docs/refiner.md)
 ///   dir/text_encoder/{config.json, model.safetensors, tokenizer.json, tokenizer_config.json}
 ///                                                    the tiny Qwen3.5 text encoder (tiny_text_encoder.h)
 ///   dir/turbo_vae/{TurboV3-Wan22-TinyShallow_7_7.json, checkpoint.ckpt}   TurboVAE decoder (torch.save zip)
@@ -90,7 +93,7 @@ struct TinyModelSize {
 TinyModelSize tiny_model_size();
 
 /// Maps a --model value to a folder: "builtin:tiny" -> model_cache_dir(env) +
-/// "/tiny-v3", created with make_tiny_model(..., seed 0) on first use
+/// "/tiny-v4", created with make_tiny_model(..., seed 0) on first use
 /// (race-safe: when another process wins the final rename, its folder is
 /// used). Any value not starting with "builtin:" is returned unchanged.
 /// Errors: "builtin:<other>" (the message lists the known names); a cache

@@ -151,6 +151,8 @@ JobRequest parse_video_request(const std::map<std::string, Field>& fields, const
     parse_size(string_field("size", *size), limits.max_side, &p.width, &p.height);
   } else if (res) {
     p.resolution = string_field("resolution", *res);
+    if (p.resolution == "1080p")  // the refiner stage runs minutes per clip on the CPU: CLI only for now
+      bad("resolution", "'resolution' 1080p (the refiner) is not served: use magi2 generate --resolution 1080p");
     if (p.resolution != "272p" && p.resolution != "540p")
       bad("resolution", str_cat("'resolution' must be 272p or 540p, got '", p.resolution, "'"));
     if (p.pixel_width() > limits.max_side || p.pixel_height() > limits.max_side)

@@ -23,7 +23,12 @@ std::string gen(const std::string& extra) {
 }
 
 TEST(CliErrors, UnknownResolution) {
-  expect_one_line_error(magi2(gen("--resolution 1080p --save-latents /tmp/x.safetensors")), "--resolution");
+  expect_one_line_error(magi2(gen("--resolution 4k --save-latents /tmp/x.safetensors")), "--resolution");
+}
+
+// 1080p needs MODEL/refiner/: the golden DiT folder has none, and that is said before any step.
+TEST(CliErrors, RefinerMissing) {
+  expect_one_line_error(magi2(gen("--resolution 1080p --save-latents /tmp/x.safetensors")), "refiner/");
 }
 
 TEST(CliErrors, StepsBelowOne) {

@@ -144,10 +144,12 @@ TEST(MakeTiny, SameSeedSameBytesOtherSeedOtherBytes) {
   make_tiny_model((tmp / "c").string(), 8);
   const auto a = folder_bytes(tmp / "a"), b = folder_bytes(tmp / "b"), c = folder_bytes(tmp / "c");
   // config, preview/ (index + 2 shards), text_encoder/ (config, weights, 2 tokenizer files),
-  // turbo_vae/ (config, checkpoint), stable-audio-open-1.0/ (config, weights), vae/Wan2.2_VAE.pth
-  ASSERT_EQ(a.size(), 13u);
+  // turbo_vae/ (config, checkpoint), stable-audio-open-1.0/ (config, weights), vae/Wan2.2_VAE.pth,
+  // refiner/ (index + 2 shards)
+  ASSERT_EQ(a.size(), 16u);
   EXPECT_TRUE(a == b);
   for (const char* shard : {"preview/model-00001-of-00002.safetensors", "preview/model-00002-of-00002.safetensors",
+                            "refiner/model-00001-of-00002.safetensors", "refiner/model-00002-of-00002.safetensors",
                             "text_encoder/model.safetensors", "turbo_vae/checkpoint.ckpt",
                             "stable-audio-open-1.0/model.safetensors", "vae/Wan2.2_VAE.pth"})
     EXPECT_NE(a.at(shard), c.at(shard)) << shard;
@@ -230,7 +232,7 @@ TEST(MakeTiny, ResolveModelCreatesOnceAndReuses) {
   std::vector<std::thread> th;
   for (int i = 0; i < 4; ++i) th.emplace_back([&, i] { got[i] = resolve_model("builtin:tiny"); });
   for (auto& t : th) t.join();
-  const fs::path dir = cache / "tiny-v3";
+  const fs::path dir = cache / "tiny-v4";
   for (const auto& g : got) EXPECT_EQ(fs::path(g), dir);
   ASSERT_TRUE(fs::is_regular_file(dir / "preview" / "model.safetensors.index.json"));
   size_t entries = 0;

@@ -31,6 +31,9 @@ struct GenerateArgs {
   std::string resolution = "272p";
   double seconds = 10.0;
   int width = 0, height = 0;
+  int refiner_width = 1920, refiner_height = 1088;
+  int refiner_steps = -1;  ///< -1: the config's magi2_refiner_num_inference_steps
+  std::string latents;     ///< `magi2 refine --latents`: saved preview latents
   std::string seed = "42";
   int steps = -1;  ///< -1: the config's num_inference_steps
   bool deterministic = false, no_decode = false;
@@ -100,6 +103,10 @@ int run_generate(const GenerateArgs& a) {
   base.height = a.height;
   base.seconds = a.seconds;
   base.steps = a.steps;
+  base.refiner_width = a.refiner_width;
+  base.refiner_height = a.refiner_height;
+  base.refiner_steps = a.refiner_steps;
+  base.refine_from = a.latents;
   base.noise = a.noise;
   base.routing_override = a.routing_override;
   base.metrics_path = a.metrics;
@@ -191,14 +198,8 @@ int run_generate(const GenerateArgs& a) {
   return 0;
 }
 
-}  // namespace
-
-Command generate_command() {
-  auto args = std::make_shared<GenerateArgs>();
-  Command c;
-  c.add_fn = [args](CLI::App& app) {
-    CLI::App* s = app.add_subcommand("generate", "generate a clip (MP4 with sound) from a prompt, optionally with a reference image");
-    GenerateArgs& a = *args;
+// The options of `generate`, shared by `refine`.
+void add_generate_options(CLI::App* s, GenerateArgs& a) {
     s->add_option("--model", a.model,
                   "model folder (official layout) or builtin:tiny (made on first use in $MAGI2_CACHE_DIR, "
                   "else $XDG_CACHE_HOME/magi2, else ~/.cache/magi2)")
@@ -224,8 +225,20 @@ Command generate_command() {
                   "writes the outputs with _sample_NNN before the extension")
         ->envname("MAGI2_SAMPLES");
     s->add_option("-o,--output", a.output, "the clip (FILE.mp4), or the final latents (FILE.safetensors)")->envname("MAGI2_OUTPUT");
-    s->add_option("--resolution", a.resolution, "272p (448x256) or 540p (896x512)")->envname("MAGI2_RESOLUTION")
+    s->add_option("--resolution", a.resolution,
+                  "272p (448x256), 540p (896x512) or 1080p (preview at 896x512, then the refiner to "
+                  "--refiner-width x --refiner-height at 25 fps)")
+        ->envname("MAGI2_RESOLUTION")
         ->capture_default_str();
+    s->add_option("--refiner-width", a.refiner_width, "1080p: refined width in pixels (multiple of 16)")
+        ->envname("MAGI2_REFINER_WIDTH")
+        ->capture_default_str();
+    s->add_option("--refiner-height", a.refiner_height, "1080p: refined height in pixels (multiple of 16)")
+        ->envname("MAGI2_REFINER_HEIGHT")
+        ->capture_default_str();
+    s->add_option("--refiner-num-inference-steps", a.refiner_steps, "1080p: refiner steps, 1..1000 (default: the config's, 5)")
+        ->check(CLI::Range(1, Limits::kMaxSteps))
+        ->envname("MAGI2_REFINER_NUM_INFERENCE_STEPS");
     s->add_option("--seconds", a.seconds, "clip length in seconds")->envname("MAGI2_SECONDS")->capture_default_str();
     s->add_option("--width", a.width, "video width in pixels (multiple of 16; overrides --resolution)")
         ->envname("MAGI2_WIDTH");
@@ -274,6 +287,33 @@ Command generate_command() {
                   "write the prompt the text encoder receives (FILE.json: a --samples file that replays it exactly)")
         ->envname("MAGI2_SAVE_PROMPT");
     add_pe_options(s, a.pe);
+}
+
+}  // namespace
+
+Command generate_command() {
+  auto args = std::make_shared<GenerateArgs>();
+  Command c;
+  c.add_fn = [args](CLI::App& app) {
+    CLI::App* s = app.add_subcommand("generate", "generate a clip (MP4 with sound) from a prompt, optionally with a reference image");
+    add_generate_options(s, *args);
+    return s;
+  };
+  c.run = [args]() { return run_generate(*args); };
+  return c;
+}
+
+Command refine_command() {
+  auto args = std::make_shared<GenerateArgs>();
+  args->resolution = "1080p";
+  Command c;
+  c.add_fn = [args](CLI::App& app) {
+    CLI::App* s = app.add_subcommand(
+        "refine", "run the 1080p refiner on saved preview latents (generate --save-latents) and decode the clip");
+    add_generate_options(s, *args);
+    s->add_option("--latents", args->latents, "preview latents final_latent, final_audio_latent (safetensors)")
+        ->envname("MAGI2_LATENTS")
+        ->required();
     return s;
   };
   c.run = [args]() { return run_generate(*args); };

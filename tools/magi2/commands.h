@@ -24,6 +24,7 @@ Command inspect_command();
 Command forward_command();
 Command make_tiny_command();
 Command generate_command();
+Command refine_command();  ///< `magi2 refine --latents FILE`: the 1080p refiner on saved preview latents
 Command encode_text_command();
 Command enhance_prompt_command();
 Command serve_command();

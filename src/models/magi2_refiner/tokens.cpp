@@ -28,7 +28,7 @@ Tensor drop_batch(const Tensor& t, int64_t rank) {
 RefinerPlan make_refiner_plan(const RefinerLayout& L, const RefinerArch& arch, const RefinerWindow& win) {
   MAGI2_CHECK(L.frames >= 1 && L.height >= 1 && L.width >= 1, "refiner layout: empty latent grid ", L.frames, "x",
               L.height, "x", L.width);
-  MAGI2_CHECK(L.text_len >= 1 && L.audio_len >= 0, "refiner layout: needs at least one text token");
+  MAGI2_CHECK(L.text_len >= 0 && L.audio_len >= 0, "refiner layout: negative token counts");
   RefinerPlan p;
   p.layout = L;
   p.c_pad = std::max({arch.video_in_channels, arch.audio_in_channels, arch.text_in_channels});

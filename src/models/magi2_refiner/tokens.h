@@ -33,7 +33,7 @@ struct RefinerPlan {
   Tensor q_ranges, k_ranges;         ///< [P, 2] i32 host, packed token indices (official pair order)
 };
 
-/// Builds the plan. Errors: an empty grid, no text tokens.
+/// Builds the plan. Errors: an empty grid.
 RefinerPlan make_refiner_plan(const RefinerLayout& layout, const RefinerArch& arch, const RefinerWindow& window);
 
 /// Packs the inputs in plan order: latent [1, C_v, T, H, W] or [C_v, T, H, W]
