@@ -32,6 +32,10 @@ typedef struct {
   const char* text_encoder;  /* Qwen3.5 folder overriding MODEL/text_encoder */
   int threads;               /* CPU threads, 0 = all */
   const char* device;        /* "auto" (default), "cpu" or "cuda" */
+  /* Bytes the DiT's device may hold; 0 = the GPU's free memory (CUDA) or the
+     host's RAM (CPU). A request whose memory plan exceeds it fails with
+     MAGI2_ERR_INVALID before loading, the message saying what would fit. */
+  unsigned long long max_device_memory;
 } magi2_engine_options;
 
 /* One request. Strings may be NULL (= unset); outputs left NULL are not written. */

@@ -76,6 +76,7 @@ magi2_status magi2_engine_create(const magi2_engine_options* o, magi2_engine** o
     eo.text_encoder = str(o->text_encoder);
     eo.threads = o->threads;
     if (o->device) eo.device = o->device;
+    eo.max_device_memory = o->max_device_memory;
     MAGI2_CHECK(eo.model.rfind("builtin:", 0) != 0 || !eo.cache.cache_dir.empty(),
                 "magi2_engine_create: model ", eo.model, " needs cache_dir");
     *out = new magi2_engine(eo);

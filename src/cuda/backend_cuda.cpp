@@ -284,6 +284,21 @@ int cuda_device_count() {
   return n;
 }
 
+bool cuda_memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  if (device < 0 || device >= cuda_device_count()) return false;
+  int prev = 0;
+  if (cudaGetDevice(&prev) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  size_t f = 0, t = 0;
+  const bool ok = cudaMemGetInfo(&f, &t) == cudaSuccess;
+  if (!ok) cudaGetLastError();
+  cudaSetDevice(prev);
+  if (ok) *free_bytes = f, *total_bytes = t;
+  return ok;
+}
+
 void* cuda_stream_of(Backend& b) { return cuda::as_cuda(b).stream(); }
 
 void cuda_profile_begin(Backend& b) { cuda::as_cuda(b).profile_begin(); }

@@ -23,6 +23,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device = 0);
 /// Number of usable CUDA GPUs; 0 when there is no driver or no GPU (never throws).
 int cuda_device_count();
 
+/// Free and total memory of GPU `device` in bytes (cudaMemGetInfo; creates the
+/// context if none exists). False when there is no such GPU (never throws).
+bool cuda_memory_info(int device, size_t* free_bytes, size_t* total_bytes);
+
 /// The backend's CUDA stream as an opaque `cudaStream_t` (for events and
 /// timing in tests and benchmarks). Error unless `b` is a CUDA backend.
 void* cuda_stream_of(Backend& b);

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/finite.h"
+#include "engine/memory_plan.h"
 #include "engine/model_files.h"
 #include "engine/text_conditioning.h"
 #include "io/mmap_file.h"
@@ -119,6 +120,46 @@ struct Engine::State {
     refiner_load_ms = ms_since(t);
   }
 
+  // Memory: the planner checks every request against the budget; residency
+  // says whether the text encoder and the DiT may be held together.
+  std::unique_ptr<MemoryPlanner> planner;
+  uint64_t budget = 0;
+  std::string budget_source;
+  Residency residency = Residency::Together;
+  std::vector<ResidencyEvent> log;
+
+  void note(const char* stage, bool loaded, uint64_t bytes) { log.push_back({stage, loaded, bytes}); }
+
+  // Binds the DiT checkpoint (zero-copy views) and, on a GPU, uploads it once.
+  void load_dit() {
+    if (dit) return;
+    if (!model.weights.layers.size()) {
+      model.ckpt = Checkpoint::open(model.transformer_dir);
+      model.weights = bind_dit(model.ckpt, model.config);
+    }
+    // On a GPU the weights are uploaded once; the mmap'd host views stay only
+    // for the CPU backend.
+    dit_weights = dit_be->device() == Device::CPU ? model.weights : model.weights.to_backend(*dit_be);
+    if (dit_be->device() != Device::CPU) model.weights = DitWeights(), model.ckpt = Checkpoint();
+    dit = std::make_unique<Dit>(model.config.arch, dit_weights, *dit_be);
+    note("dit", true, planner->dit_weights());
+  }
+
+  void free_dit() {
+    if (!dit) return;
+    dit.reset();
+    dit_weights = DitWeights();
+    model.weights = DitWeights();
+    model.ckpt = Checkpoint();
+    note("dit", false, planner->dit_weights());
+  }
+
+  void free_text_encoder() {
+    if (!enc) return;
+    enc.reset();
+    note("text_encoder", false, planner->text_encoder_weights());
+  }
+
   // OpenMP's thread count is per calling thread, and the CPU backend sets it
   // only on the thread that made it: a server's worker thread would run with
   // every core (and spin at barriers on a busy machine) without this.
@@ -128,6 +169,7 @@ struct Engine::State {
 
   void load_text_encoder() {
     if (enc) return;
+    if (residency == Residency::Sequential) free_dit();  // both do not fit the budget together
     const auto t = Clock::now();
     if (te_dir.empty()) te_dir = find_text_encoder_dir(model.root, config.text_encoder);
     enc = qwen35::TextEncoder::load(te_dir, *be);
@@ -135,6 +177,7 @@ struct Engine::State {
                 "' gives features of width ", enc->config().hidden_size,
                 " but the DiT takes text_in_channels = ", model.config.arch.text_in_channels);
     text_ms += ms_since(t);
+    note("text_encoder", true, planner->text_encoder_weights());
   }
 
   // Unconditional branch (official get_null_feature): the negative prompt's
@@ -160,15 +203,22 @@ Engine::Engine(const EngineOptions& config) : s_(std::make_unique<State>()) {
   const std::string why = folder_problem(root);  // /dev/zero "is a character device", not "missing"
   MAGI2_CHECK(why.empty(), "model folder '", root, "' ", why);
   if (config.encodes_text) s_->te_dir = find_text_encoder_dir(root, config.text_encoder);
-  s_->model = load_dit(root, config.transformer, config.config);
+  s_->model = load_dit(root, config.transformer, config.config);  // binds: a bad checkpoint fails here
   s_->be = make_cpu_backend(config.threads);
   s_->dit_be = make_backend_for(config.device, config.threads);
-  // On a GPU the weights are uploaded once; the mmap'd host views stay only
-  // for the CPU backend.
-  s_->dit_weights =
-      s_->dit_be->device() == Device::CPU ? s_->model.weights : s_->model.weights.to_backend(*s_->dit_be);
-  if (s_->dit_be->device() != Device::CPU) s_->model.weights = DitWeights();
-  s_->dit = std::make_unique<Dit>(s_->model.config.arch, s_->dit_weights, *s_->dit_be);
+  EngineOptions at_root = config;
+  at_root.model = root;
+  const std::string backend = s_->dit_be->device() == Device::CPU ? "cpu" : "cuda";
+  s_->planner = std::make_unique<MemoryPlanner>(at_root, backend);
+  s_->budget = config.max_device_memory;
+  s_->budget_source = "--max-device-memory";
+  if (s_->budget == 0) s_->budget = default_memory_budget(backend, &s_->budget_source);
+  const uint64_t dit_w = s_->planner->dit_weights();
+  MAGI2_CHECK(s_->budget == 0 || dit_w <= s_->budget, "the DiT's weights (", format_bytes(dit_w),
+              ") exceed the ", format_bytes(s_->budget), " allowed on ", backend == "cuda" ? "the GPU" : "the host",
+              " (", s_->budget_source, "); would fit: --offload layerwise (DiT weights streamed from host memory), "
+              "--weights fp8-experts, or a larger --max-device-memory");
+  s_->load_dit();
   s_->load_ms = ms_since(s_->created);
 }
 
@@ -178,7 +228,11 @@ const Magi2Config& Engine::model_config() const { return s_->model.config; }
 const std::string& Engine::model_root() const { return s_->model.root; }
 const std::string& Engine::transformer_dir() const { return s_->model.transformer_dir; }
 
-void Engine::release_text_encoder() { s_->enc.reset(); }
+void Engine::release_text_encoder() { s_->free_text_encoder(); }
+
+Residency Engine::residency() const { return s_->residency; }
+uint64_t Engine::memory_budget() const { return s_->budget; }
+const std::vector<ResidencyEvent>& Engine::residency_log() const { return s_->log; }
 
 PreparedRequest Engine::prepare(const GenerateParams& p) {
   validate(p);
@@ -210,6 +264,11 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
   const std::string wan_pth = (std::filesystem::path(s.model.root) / "vae" / "Wan2.2_VAE.pth").string();
   MAGI2_CHECK(!i2v || std::filesystem::is_regular_file(wan_pth), "--image needs the Wan2.2 VAE: model folder '",
               s.model.root, "' has no vae/Wan2.2_VAE.pth");
+  // The memory plan of the request, before anything is loaded for it: a
+  // request that cannot fit stops here with one line saying what would.
+  r.memory_plan = s.planner->plan(r.params, s.budget, s.budget_source);
+  MAGI2_CHECK(r.memory_plan.fits, r.memory_plan.advice);
+  if (r.memory_plan.residency == Residency::Sequential) s.residency = Residency::Sequential;  // from now on
   const bool encode = p.text_features.empty();
   if (encode) {
     s.load_text_encoder();
@@ -222,6 +281,9 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
     const auto t = Clock::now();
     s.decoders.emplace(ClipDecoders::load(s.model.root, *s.be));
     r.decoder_load_ms = ms_since(t);
+    const StageMemory* tv = r.memory_plan.stage("turbovae_decode");
+    const StageMemory* au = r.memory_plan.stage("oobleck_decode");
+    s.note("decoders", true, (tv ? tv->weights : 0) + (au ? au->weights : 0));
   }
   const auto t_p = Clock::now();
   if (encode) {
@@ -243,6 +305,8 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
   if (i2v && !s.wan) {
     s.wan_w = std::make_unique<Wan22EncoderWeights>(Wan22EncoderWeights::load(wan_pth));
     s.wan = std::make_unique<Wan22Encoder>(*s.wan_w, *s.be);
+    const StageMemory* w = r.memory_plan.stage("wan22_encode");
+    s.note("wan22_encoder", true, w ? w->weights : 0);
   }
   return r;
 }
@@ -257,6 +321,9 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
   const auto t_job = Clock::now();
   const bool first = s.first_run;
   s.first_run = false;
+  // Sequential residency: the text encoder goes before the DiT comes.
+  if (s.residency == Residency::Sequential) s.free_text_encoder();
+  s.load_dit();
   GenerateRequest req;
   req.latent = r.latent;
   req.text_cond = r.cond;
@@ -429,6 +496,7 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
                           {"prompt_enhancement", r.enhancement ? r.enhancement->ms : 0.0},
                           {"total", o.total_ms}}},
                         {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
+                        {"memory_plan", r.memory_plan.json()},
                         {"seed", p.seed},
                         {"latents", p.latents_path.empty() ? nlohmann::json() : nlohmann::json(p.latents_path)}};
     if (o.decoded) m["outputs"] = o.report.to_json(p.outputs);

@@ -13,7 +13,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "engine/memory_plan.h"
 #include "engine/params.h"
 #include "models/magi2_dit/config.h"
 #include "pipeline/packing.h"
@@ -33,6 +35,14 @@ struct PreparedRequest {
   /// Set when params.enhance_prompt: the enhancement (params.prompt then holds its Markdown).
   std::optional<pe::EnhanceResult> enhancement;
   std::string prompt_before_enhancement;  ///< the request's own prompt when enhanced
+  MemoryPlan memory_plan;      ///< the request's memory plan (checked against the budget)
+};
+
+/// One load or release of a stage by the engine (Engine::residency_log).
+struct ResidencyEvent {
+  std::string stage;   ///< "text_encoder", "dit", "decoders", "wan22_encoder"
+  bool loaded = true;  ///< true = loaded, false = freed
+  uint64_t bytes = 0;  ///< weight bytes of the stage (memory plan)
 };
 
 class Engine {
@@ -69,6 +79,18 @@ class Engine {
   /// Unloads the text encoder (as the official code offloads it before the
   /// loop); the next prepare() that encodes a prompt loads it again.
   void release_text_encoder();
+
+  /// Together: the DiT is loaded by the constructor and every stage stays
+  /// loaded. Sequential (from the first request whose memory plan does not fit
+  /// EngineOptions::max_device_memory with the text encoder and a CPU DiT held
+  /// together): the DiT is freed before the text encoder loads and the text
+  /// encoder before the DiT loads again (in run()); encode every prompt first
+  /// so that each loads once.
+  Residency residency() const;
+  /// The budget the plans are checked against, and where it came from.
+  uint64_t memory_budget() const;
+  /// Every stage load and release so far, in order (tests, diagnostics).
+  const std::vector<ResidencyEvent>& residency_log() const;
 
  private:
   struct State;

@@ -32,6 +32,12 @@ struct EngineOptions {
   bool encodes_text = true;
   int threads = 0;                   ///< CPU threads, 0 = all
   std::string device = "auto";       ///< compute device: "auto" | "cpu" | "cuda"
+  /// Bytes the DiT's device may hold (`--max-device-memory`); 0 = the GPU's
+  /// free memory (CUDA backend) or the host's RAM (CPU backend). A request
+  /// whose memory plan (engine/memory_plan.h) exceeds it is refused before
+  /// loading; on the CPU backend the text encoder is freed before the DiT
+  /// loads when both do not fit together.
+  uint64_t max_device_memory = 0;
   /// Prompt enhancement for requests with GenerateParams::enhance_prompt: the
   /// OpenAI-compatible endpoint (empty base_url: none, such requests are refused)
   /// and the request settings (model, template, max_tokens; prompt and image

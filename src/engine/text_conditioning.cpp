@@ -63,27 +63,35 @@ std::string negative_prompt_or_default(const std::string& flag_value) {
   return flag_value.empty() ? std::string(qwen35::default_negative_prompt()) : flag_value;
 }
 
-qwen35::TextFeatures encode_prompt(const qwen35::TextEncoder& enc, const std::string& prompt, bool i2v,
-                                   bool allow_truncate, const std::string& what) {
+qwen35::PreparedPrompt tokenize_prompt(const qwen35::Tokenizer& tok, const std::string& prompt, bool i2v,
+                                       bool allow_truncate, const std::string& what, bool warn) {
   qwen35::EncodeOptions opt;
-  qwen35::TextFeatures f;
+  qwen35::PreparedPrompt pp;
   try {
     (void)qwen35::normalize_prompt(prompt, qwen35::JsonPromptPolicy::kStrict);  // malformed JSON: an error
-    f.prompt = qwen35::prepare_prompt(enc.tokenizer(), prompt, i2v, opt);
+    pp = qwen35::prepare_prompt(tok, prompt, i2v, opt);
   } catch (const Error& e) {
     throw Error(str_cat(what, ": ", plain_json_message(e.what())));
   }
-  const qwen35::Encoding& e = f.prompt.encoding;
+  const qwen35::Encoding& e = pp.encoding;
   if (e.truncated()) {
     MAGI2_CHECK(allow_truncate, what, ": the prompt has ", e.untruncated_length, " tokens, over the limit of ",
                 opt.max_length, " (pass --truncate to cut it as the official encoder does)");
-    std::fprintf(stderr, "magi2: warning: %s: prompt truncated from %lld to %lld tokens (the official limit)\n",
-                 what.c_str(), static_cast<long long>(e.untruncated_length), static_cast<long long>(e.size()));
+    if (warn)
+      std::fprintf(stderr, "magi2: warning: %s: prompt truncated from %lld to %lld tokens (the official limit)\n",
+                   what.c_str(), static_cast<long long>(e.untruncated_length), static_cast<long long>(e.size()));
   }
-  if (e.num_dropped_bytes > 0)
+  if (warn && e.num_dropped_bytes > 0)
     std::fprintf(stderr, "magi2: warning: %s: %lld input bytes have no token in the vocabulary and were dropped\n",
                  what.c_str(), static_cast<long long>(e.num_dropped_bytes));
-  f.features = enc.features(e.ids);
+  return pp;
+}
+
+qwen35::TextFeatures encode_prompt(const qwen35::TextEncoder& enc, const std::string& prompt, bool i2v,
+                                   bool allow_truncate, const std::string& what) {
+  qwen35::TextFeatures f;
+  f.prompt = tokenize_prompt(enc.tokenizer(), prompt, i2v, allow_truncate, what, true);
+  f.features = enc.features(f.prompt.encoding.ids);
   if (i2v) f.special_token = qwen35::special_token(f.features, f.prompt.figure_indices);
   return f;
 }

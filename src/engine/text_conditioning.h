@@ -34,6 +34,11 @@ std::string negative_prompt_or_default(const std::string& flag_value);
 /// position and the reason.
 std::string plain_json_message(const std::string& what);
 
+/// The tokenisation half of encode_prompt (same checks and errors; the
+/// warnings go to stderr only when `warn`): what the memory plan counts.
+qwen35::PreparedPrompt tokenize_prompt(const qwen35::Tokenizer& tok, const std::string& prompt, bool i2v,
+                                       bool allow_truncate, const std::string& what, bool warn);
+
 /// Encodes `prompt` with the official tokenizer limit; a prompt longer than
 /// the limit is an Error unless `allow_truncate` (then it is cut as the
 /// official code does and a "magi2: warning: ..." line goes to stderr).

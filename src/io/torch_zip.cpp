@@ -180,10 +180,10 @@ std::vector<std::string> torch_checkpoint_keys(const std::string& path) {
   return keys;
 }
 
-TorchStateDict load_torch_checkpoint(const std::string& path, std::string_view dict_key) {
-  Archive ar(path);
-  ValuePtr root = read_root(ar, path);
+namespace {
 
+// The dict of tensors inside the saved object (see load_torch_checkpoint).
+ValuePtr state_dict_of(const ValuePtr& root, const std::string& path, std::string_view dict_key) {
   ValuePtr dict = root;
   if (!dict_key.empty()) {
     MAGI2_CHECK(root->kind == Value::Kind::Dict, path, ": saved object is not a dict, so it has no '", dict_key, "'");
@@ -197,6 +197,28 @@ TorchStateDict load_torch_checkpoint(const std::string& path, std::string_view d
   }
   MAGI2_CHECK(dict->kind == Value::Kind::Dict, path, ": ", dict_key.empty() ? "saved object" : dict_key,
               " is not a dict of tensors");
+  return dict;
+}
+
+}  // namespace
+
+std::vector<TorchTensorInfo> torch_checkpoint_tensor_infos(const std::string& path, std::string_view dict_key) {
+  Archive ar(path);
+  const ValuePtr dict = state_dict_of(read_root(ar, path), path, dict_key);
+  std::vector<TorchTensorInfo> out;
+  for (const auto& [k, v] : dict->dict) {
+    const std::string name = key_text(k);
+    MAGI2_CHECK(v->kind == Value::Kind::Tensor, path, ": entry '", name, "' is not a tensor");
+    MAGI2_CHECK(v->tensor.dtype_known, path, ": tensor '", name, "' has storage type ", v->tensor.storage_type,
+                ", which is not supported");
+    out.push_back({name, v->tensor.shape, v->tensor.dtype});
+  }
+  return out;
+}
+
+TorchStateDict load_torch_checkpoint(const std::string& path, std::string_view dict_key) {
+  Archive ar(path);
+  const ValuePtr dict = state_dict_of(read_root(ar, path), path, dict_key);
 
   TorchStateDict out;
   out.path_ = path;

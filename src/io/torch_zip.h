@@ -57,6 +57,18 @@ class TorchStateDict {
 /// data can hold. All of these are checked before anything is allocated.
 TorchStateDict load_torch_checkpoint(const std::string& path, std::string_view dict_key = "");
 
+/// Name, shape and dtype of one saved tensor.
+struct TorchTensorInfo {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::F32;
+};
+
+/// The tensors of the state dict chosen as load_torch_checkpoint does, from
+/// data.pkl alone: no storage is read (memory planning). Errors: those of the
+/// archive and the pickle, a value that is not a tensor, an unsupported dtype.
+std::vector<TorchTensorInfo> torch_checkpoint_tensor_infos(const std::string& path, std::string_view dict_key = "");
+
 /// The str keys of the saved object when it is a dict (in saved order), else
 /// empty: lets a loader choose `dict_key` the way the official code does
 /// ("ema_state_dict" if present, else "state_dict", else the object itself).

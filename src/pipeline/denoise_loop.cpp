@@ -81,6 +81,20 @@ DenoiseLoop::DenoiseLoop(Dit& dit, const DenoiseSetup& s) : dit_(dit), be_(dit.b
   dit_.prepare(in_);
 }
 
+size_t DenoiseLoop::planned_bytes(const PackingPlan& plan, int64_t steps, int64_t out_cols) {
+  // Mirrors every up() of the constructor, in its order (test_memory_plan
+  // checks the two agree).
+  const LatentShape& L = plan.shapes.latent;
+  const int64_t n = plan.total_tokens;
+  const int64_t nv = L.channels * L.frames * L.height * L.width, na = L.audio_frames * L.audio_channels;
+  const LatentTokenMaps m = latent_token_maps(plan, out_cols);
+  const size_t maps = m.video_src.size() + m.video_dst.size() + m.audio_src.size() + m.audio_dst.size() +
+                      m.out_video.size() + m.out_audio.size() + m.noisy_rows.size();
+  const int64_t f32 = n * plan.width + plan.coords.numel() + n * kTimeChannels + steps * (kTimeChannels + 16) +
+                      nv * (1 + 3 + 2 + 1) + na * (1 + 3 + 2 + 1);
+  return 4 * (static_cast<size_t>(f32) + maps + 1 + 2);
+}
+
 void DenoiseLoop::step(const DitRunOptions& opt) {
   be_.mark("sampler");
   be_.copy_elems({.src = latent_, .dst = in_.x, .src_index = video_src_, .dst_index = video_dst_});

@@ -61,6 +61,9 @@ class DenoiseLoop {
 
   /// Bytes of the loop's own device buffers (the DiT workspace not included).
   size_t bytes() const { return bytes_; }
+  /// What bytes() will be for a loop over `plan` with `steps` steps and a DiT
+  /// of `out_cols` output columns, computed without allocating (memory plan).
+  static size_t planned_bytes(const PackingPlan& plan, int64_t steps, int64_t out_cols);
 
  private:
   Tensor up(const Tensor& host);

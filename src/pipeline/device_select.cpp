@@ -15,15 +15,25 @@ bool cuda_available() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend_for(const std::string& device, int threads) {
+std::string backend_name_for(const std::string& device, bool planning_only) {
   MAGI2_CHECK(device == "auto" || device == "cpu" || device == "cuda", "--device must be auto, cpu or cuda, got '",
               device, "'");
-  if (device == "cpu" || (device == "auto" && !cuda_available())) return make_cpu_backend(threads);
+  if (device == "cpu" || (device == "auto" && !cuda_available())) return "cpu";
 #if defined(MAGI2_HAVE_CUDA)
-  MAGI2_CHECK(cuda_device_count() > 0, "--device cuda: no CUDA GPU is visible (driver missing or no device)");
+  MAGI2_CHECK(planning_only || cuda_device_count() > 0,
+              "--device cuda: no CUDA GPU is visible (driver missing or no device)");
+#else
+  MAGI2_CHECK(planning_only, "--device cuda: this build has no CUDA backend (configure with -DMAGI2_CUDA=ON and nvcc)");
+#endif
+  return "cuda";
+}
+
+std::unique_ptr<Backend> make_backend_for(const std::string& device, int threads) {
+  if (backend_name_for(device) == "cpu") return make_cpu_backend(threads);
+#if defined(MAGI2_HAVE_CUDA)
   return make_cuda_backend(0);
 #else
-  throw Error("--device cuda: this build has no CUDA backend (configure with -DMAGI2_CUDA=ON and nvcc)");
+  throw Error("unreachable: backend_name_for refuses cuda in this build");
 #endif
 }
 

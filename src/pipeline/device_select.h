@@ -11,6 +11,12 @@ namespace magi2 {
 /// Whether this build has the CUDA backend and a GPU is visible (never throws).
 bool cuda_available();
 
+/// The backend `device` resolves to, "cpu" or "cuda", without making it:
+/// "auto" is cuda when cuda_available(). Errors: an unknown name, or "cuda"
+/// without a usable GPU unless `planning_only` (a memory plan for a GPU may
+/// be made anywhere).
+std::string backend_name_for(const std::string& device, bool planning_only = false);
+
 /// The backend named by `device`: "cpu" (the reference backend with `threads`
 /// OpenMP threads, 0 = all), "cuda" (GPU 0) or "auto" (cuda when
 /// cuda_available(), else cpu). Errors: an unknown name, or "cuda" in a build

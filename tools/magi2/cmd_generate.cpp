@@ -9,16 +9,20 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cache_env.h"
 #include "commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "engine/model_files.h"
 #include "engine/params.h"
 #include "engine/text_conditioning.h"
 #include "io/mmap_file.h"
 #include "pe_options.h"
+#include "pipeline/device_select.h"
 #include "samples.h"
 
 namespace magi2::cli {
@@ -46,6 +50,8 @@ struct GenerateArgs {
   std::string device = "auto";
   bool enhance_prompt = false;
   std::string save_prompt;
+  bool dry_run = false;
+  std::string max_device_memory;
   PeArgs pe;
   CLI::Option* prompt_opt = nullptr;  // set by the parser: an empty --prompt '' still counts as given
 };
@@ -72,6 +78,33 @@ OutputPlan plan_for_sample(const OutputPlan& p, size_t i) {
   return q;
 }
 
+// Plans every job against the budget (--max-device-memory, else the device's
+// free memory or the host's RAM) and returns the largest. --dry-run: prints
+// it (and writes it to --metrics) and returns nothing; otherwise an Error
+// with the advice line when a plan does not fit.
+std::optional<MemoryPlan> check_memory_plans(const EngineOptions& ec, const std::vector<GenerateParams>& jobs,
+                                             bool dry_run, const std::string& metrics) {
+  const std::string backend = backend_name_for(ec.device, dry_run);
+  std::string source = "--max-device-memory";
+  const uint64_t budget = ec.max_device_memory ? ec.max_device_memory : default_memory_budget(backend, &source);
+  MemoryPlanner planner(ec, backend);
+  std::optional<MemoryPlan> worst;
+  for (const GenerateParams& p : jobs) {
+    MemoryPlan m = planner.plan(p, budget, source, jobs.size() > 1);
+    if (!worst || m.peak_in_budget_pool() > worst->peak_in_budget_pool()) worst = std::move(m);
+  }
+  if (dry_run) {
+    std::printf("%s", worst->text().c_str());
+    if (jobs.size() > 1) std::printf("  (the largest of %zu samples; each is checked)\n", jobs.size());
+    if (!metrics.empty())
+      write_file_atomic(metrics, nlohmann::json({{"dry_run", true}, {"samples", jobs.size()},
+                                                 {"memory_plan", worst->json()}}).dump(2) + "\n");
+    return std::nullopt;
+  }
+  MAGI2_CHECK(worst->fits, worst->advice);
+  return worst;
+}
+
 // Flags -> engine config and one request per job (one, or one per sample:
 // official seed + index, numbered outputs), then the engine does the work.
 int run_generate(const GenerateArgs& a) {
@@ -89,6 +122,7 @@ int run_generate(const GenerateArgs& a) {
   ec.encodes_text = a.text_features.empty();
   ec.threads = a.threads;
   ec.device = a.device;
+  if (!a.max_device_memory.empty()) ec.max_device_memory = parse_byte_size(a.max_device_memory, "--max-device-memory");
   if (a.enhance_prompt) {
     ec.prompt_enhancement = pe_endpoint(a.pe);
     ec.prompt_enhancement_request = pe_request(a.pe, "", "");
@@ -172,13 +206,24 @@ int run_generate(const GenerateArgs& a) {
   // sample at a time, just before its loop, so only one sample's features are
   // held and the first step starts after one encoding, not N.
   for (const GenerateParams& p : jobs) validate(p);
+  // The memory plan of every request, from configs and headers alone: a run
+  // that cannot fit stops here, before any weight is read.
+  const std::optional<MemoryPlan> plan = check_memory_plans(ec, jobs, a.dry_run, a.metrics);
+  if (!plan) return 0;
   Engine engine(ec);
   GenerateCallbacks cb;
   cb.on_log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   cb.on_progress = report_step;
+  // Sequential residency (the text encoder and the DiT do not fit together):
+  // every prompt is encoded first, so each stage loads once.
+  std::vector<PreparedRequest> ahead;
+  if (plan->residency == Residency::Sequential && jobs.size() > 1) {
+    for (const GenerateParams& p : jobs) ahead.push_back(engine.prepare(p));
+    engine.release_text_encoder();
+  }
   for (size_t j = 0; j < jobs.size(); ++j) {
     if (jobs.size() > 1) std::fprintf(stderr, "magi2: sample %zu/%zu (%s)\n", j + 1, jobs.size(), jobs[j].label.c_str());
-    const PreparedRequest prepared = engine.prepare(jobs[j]);
+    const PreparedRequest prepared = ahead.empty() ? engine.prepare(jobs[j]) : std::move(ahead[j]);
     // The text encoder stays loaded while samples remain to encode; after the
     // last one it is unmapped before the loop (the official code offloads it).
     if (j + 1 == jobs.size()) engine.release_text_encoder();
@@ -286,6 +331,14 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
     s->add_option("--save-prompt", a.save_prompt,
                   "write the prompt the text encoder receives (FILE.json: a --samples file that replays it exactly)")
         ->envname("MAGI2_SAVE_PROMPT");
+    s->add_flag("--dry-run", a.dry_run,
+                "print the memory plan (per stage weights, activations, workspace, residency, peak) and exit "
+                "without loading weights (--metrics FILE: the plan as JSON)")
+        ->envname("MAGI2_DRY_RUN");
+    s->add_option("--max-device-memory", a.max_device_memory,
+                  "bytes the DiT's device may hold, e.g. 40GiB (default: the GPU's free memory, or the host's RAM "
+                  "for --device cpu); a run whose plan does not fit stops before loading")
+        ->envname("MAGI2_MAX_DEVICE_MEMORY");
     add_pe_options(s, a.pe);
 }
 

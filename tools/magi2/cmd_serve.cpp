@@ -17,6 +17,7 @@
 #include "pe_options.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/memory_plan.h"
 #include "server/server.h"
 
 namespace magi2::cli {
@@ -31,6 +32,7 @@ constexpr int kMaxServeHttpThreads = 1024;
 
 struct ServeArgs {
   EngineOptions engine;
+  std::string max_device_memory;  ///< --max-device-memory, parsed into engine.max_device_memory
   server::ServerOptions server;
   std::string output_dir = "magi2-outputs";
   size_t max_body_mb = 32;
@@ -40,6 +42,8 @@ struct ServeArgs {
 
 int run_serve(ServeArgs& a) {
   a.engine.cache = cache_env();
+  if (!a.max_device_memory.empty())
+    a.engine.max_device_memory = parse_byte_size(a.max_device_memory, "--max-device-memory");
   a.server.queue.output_dir = a.output_dir;
   // Every count and size has a documented range (--help), checked before the
   // model is loaded: an unbounded one is a crash (10^8 HTTP threads) or a
@@ -118,6 +122,10 @@ Command serve_command() {
     s->add_option("--text-encoder", a.engine.text_encoder, "Qwen3.5 text encoder folder (overrides MODEL/text_encoder)")
         ->envname("MAGI2_TEXT_ENCODER");
     s->add_option("--threads", a.engine.threads, "CPU threads, 0..1024 (0: all)")->envname("MAGI2_THREADS");
+    s->add_option("--max-device-memory", a.max_device_memory,
+                  "bytes the DiT's device may hold, e.g. 40GiB (default: the GPU's free memory, or the host's RAM "
+                  "on the CPU); a request whose memory plan does not fit is refused before any work")
+        ->envname("MAGI2_MAX_DEVICE_MEMORY");
     s->add_option("--host", a.server.host, "address to listen on")->envname("MAGI2_HOST")->capture_default_str();
     s->add_option("--port", a.server.port, "port to listen on, 0..65535 (0: any free one, printed at start)")
         ->envname("MAGI2_PORT")

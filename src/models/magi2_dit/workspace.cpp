@@ -2,7 +2,27 @@
 
 namespace magi2 {
 
-DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, Backend& be) : n(n_tokens) {
+DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, Backend& backend)
+    : DitWorkspace(a, n_tokens, c_pad, [&backend](const Shape& s, DType t) { return backend.alloc(s, t); }) {}
+
+size_t DitWorkspace::planned_bytes(const DitArch& a, int64_t n_tokens, int64_t c_pad) {
+  // The same layout with an allocator that hands out nothing: only the sizes count.
+  return DitWorkspace(a, n_tokens, c_pad, [](const Shape&, DType) { return Tensor(); }).bytes;
+}
+
+DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, const Alloc& alloc) : n(n_tokens) {
+  // Every buffer goes through `be.alloc`, which also sums its bytes, so the
+  // planned count and the allocation can never disagree.
+  struct CountingAlloc {
+    const Alloc& make;
+    size_t& total;
+    Tensor alloc(const Shape& s, DType t) const {
+      int64_t numel = 1;
+      for (int64_t dim : s) numel *= dim;
+      total += static_cast<size_t>(numel) * dtype_size(t);
+      return make(s, t);
+    }
+  } be{alloc, bytes};
   const int64_t d = a.hidden_size, vw = a.virtual_width(), h = a.num_heads_q(), hd = a.head_dim;
   const int64_t di = a.dense_intermediate();
   const int64_t sh = a.moe_shared_expert_intermediate_size + a.moe_modality_specific_expert_intermediate_size;
@@ -49,11 +69,6 @@ DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, Ba
   x_in = be.alloc({n, c_pad}, F);
   coords_in = be.alloc({n, 9}, F);
   temb_in = be.alloc({n, 64}, F);
-  for (const Tensor* t : {&x_p, &temb_p, &rope, &h0, &state, &logits, &h_pre, &h_post, &h_res, &branch_in,
-                          &branch_out, &xn, &g, &qkv, &lse, &q, &k, &v, &o, &o_p, &u, &z, &r, &routed, &merged,
-                          &su, &sz, &s2, &m2, &topk_idx, &topk_w, &margin, &forced, &fin, &out_p, &out, &x_in,
-                          &coords_in, &temb_in})
-    if (t->defined()) bytes += t->nbytes();
 }
 
 }  // namespace magi2

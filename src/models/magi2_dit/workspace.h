@@ -2,6 +2,7 @@
 // (spec magi2-dit.md §5 shapes). Internal to the model.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "models/magi2_dit/config.h"
@@ -14,6 +15,10 @@ namespace magi2 {
 class DitWorkspace {
  public:
   DitWorkspace(const DitArch& a, int64_t n, int64_t c_pad, Backend& be);
+
+  /// Bytes the workspace for N tokens of width C_pad takes (what `bytes` will
+  /// be), computed from the same layout without allocating (memory plan).
+  static size_t planned_bytes(const DitArch& a, int64_t n, int64_t c_pad);
 
   int64_t n = 0;
   // Token layout of the request shape, built once by Dit::prepare (spec §3.9).
@@ -71,6 +76,10 @@ class DitWorkspace {
 
   /// Bytes of every activation buffer above (the arena a step needs).
   size_t bytes = 0;
+
+ private:
+  using Alloc = std::function<Tensor(const Shape&, DType)>;
+  DitWorkspace(const DitArch& a, int64_t n, int64_t c_pad, const Alloc& alloc);
 };
 
 }  // namespace magi2

@@ -26,7 +26,7 @@ constexpr float kRmsEps = 1e-8f;
 
 }  // namespace
 
-TurboVaeDecoder TurboVaeDecoder::load(const std::string& dir, Backend& be, DType dtype) {
+std::string turbo_vae_config_path(const std::string& dir) {
   std::error_code ec;
   MAGI2_CHECK(fs::is_directory(dir, ec), "TurboVAE folder '", dir, "' does not exist");
   fs::path cfg = fs::path(dir) / kTurboVaeConfigName;
@@ -44,7 +44,11 @@ TurboVaeDecoder TurboVaeDecoder::load(const std::string& dir, Backend& be, DType
                 found.empty() ? "no other" : "more than one", " JSON config with \"_class_name\": \"TurboVAED\"");
     cfg = found.front();
   }
-  return load_files(cfg.string(), (fs::path(dir) / kTurboVaeCheckpointName).string(), be, dtype);
+  return cfg.string();
+}
+
+TurboVaeDecoder TurboVaeDecoder::load(const std::string& dir, Backend& be, DType dtype) {
+  return load_files(turbo_vae_config_path(dir), (fs::path(dir) / kTurboVaeCheckpointName).string(), be, dtype);
 }
 
 TurboVaeDecoder TurboVaeDecoder::load_files(const std::string& config_path, const std::string& ckpt_path, Backend& be,

@@ -27,6 +27,11 @@ inline constexpr const char* kTurboVaeConfigName = "TurboV3-Wan22-TinyShallow_7_
 /// Official checkpoint file name inside turbo_vae/.
 inline constexpr const char* kTurboVaeCheckpointName = "checkpoint.ckpt";
 
+/// The config file of a TurboVAE folder: `dir`/TurboV3-Wan22-TinyShallow_7_7.json,
+/// or when absent the folder's only *.json whose "_class_name" is "TurboVAED".
+/// Errors: the folder is missing, or there is no such file or more than one.
+std::string turbo_vae_config_path(const std::string& dir);
+
 /// A loaded decoder bound to one backend (which must outlive it). One decode
 /// at a time per instance (it caches per-width norm gains).
 class TurboVaeDecoder {

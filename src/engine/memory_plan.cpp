@@ -1,0 +1,516 @@
+#include "engine/memory_plan.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/model_files.h"
+#include "engine/text_conditioning.h"
+#include "io/checkpoint.h"
+#include "io/torch_zip.h"
+#include "models/magi2_dit/weights.h"
+#include "models/magi2_dit/workspace.h"
+#include "models/oobleck/config.h"
+#include "models/oobleck/weights.h"
+#include "models/qwen35/prompt.h"
+#include "models/qwen35/text_config.h"
+#include "models/qwen35/text_model.h"
+#include "models/qwen35/text_weights.h"
+#include "models/turbovae/chunk_plan.h"
+#include "models/turbovae/decoder.h"
+#include "models/turbovae/weights.h"
+#include "pipeline/denoise_loop.h"
+#include "pipeline/generate.h"
+#include "pipeline/packing.h"
+#if defined(MAGI2_HAVE_CUDA)
+#include "cuda/backend_cuda.h"
+#endif
+
+namespace magi2 {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+uint64_t numel_of(const Shape& s) {
+  uint64_t n = 1;
+  for (int64_t d : s) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+// CUDA libraries' own device memory (cuBLASLt, cuDNN and CUTLASS handles and
+// kernels): not allocated through our cache, so a formula.
+constexpr uint64_t kCudaRuntimeReserve = uint64_t{512} << 20;
+// The backend's cuBLASLt workspace (src/cuda/backend_cuda.cpp kGemmWorkspace).
+constexpr uint64_t kCudaGemmWorkspace = uint64_t{32} << 20;
+// The CUDA caching allocator rounds blocks of >= 1 MiB up to 2 MiB (src/cuda/allocator.cpp).
+constexpr uint64_t kCudaRounding = uint64_t{2} << 20;
+// Buffers of DitWorkspace + DenoiseLoop (an upper bound on the rounding slack).
+constexpr uint64_t kDitBuffers = 39 + 26;
+
+// Backend scratch of one DiT forward of n tokens (formulas from the code that
+// allocates it). CUDA: MoeExpertsRunner::plan (src/cuda/moe_grouped.cu), the
+// cuDNN SDPA stats (attention_cudnn.cpp), the GEMM workspace, rounding. CPU:
+// the fp32 K/V copies of attention (cpu/attention.cpp) or the fp32 copy of a
+// linear's input (cpu/linear.cpp), whichever is larger.
+uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda) {
+  const uint64_t h = a.num_heads_q(), hd = a.head_dim, d = a.hidden_size;
+  if (!cuda) return std::max<uint64_t>(2 * n * h * hd * 4, n * std::max<uint64_t>(a.virtual_width(), a.dense_intermediate()) * 4);
+  uint64_t moe = 0;
+  if (!a.moe_layers.empty()) {
+    const uint64_t mh = a.moe_num_heads, ne = a.moe_num_experts, k = a.moe_top_k;
+    const uint64_t dh = a.moe_head_dim(), de = a.moe_expert_intermediate_size, nf = mh * ne;
+    const uint64_t chunks = (n * k + 255) / 256, rows = n * mh * k;
+    moe = 4 * (nf * chunks + nf + nf + 1 + 2 * rows) + rows * dh * 2 + rows * 2 * de * 2 + rows * dh * 4;
+  }
+  (void)d;
+  return kCudaRuntimeReserve + kCudaGemmWorkspace + moe + n * h * 4 + kDitBuffers * kCudaRounding;
+}
+
+// Peak activations of the Qwen3.5 text model over L tokens (src/models/qwen35/
+// text_model.cpp): the residual, norm and mix rows plus the largest of a
+// linear-attention layer, a full-attention layer (with the CPU backend's fp32
+// K/V copies) and the MLP.
+uint64_t text_activations(const qwen35::TextConfig& c, int64_t len) {
+  const uint64_t e = 2, l = len, d = c.hidden_size, vd = c.value_dim(), hv = c.linear_num_value_heads;
+  const uint64_t h = c.num_attention_heads, hkv = c.num_key_value_heads, hd = c.head_dim;
+  const uint64_t lin = e * l * (2 * static_cast<uint64_t>(c.conv_dim()) + 3 * vd + 2 * hv);
+  const uint64_t full = e * l * (4 * h * hd + 3 * hkv * hd) + 2 * l * hkv * hd * 4;
+  const uint64_t mlp = e * l * 2 * static_cast<uint64_t>(c.intermediate_size);
+  return 3 * e * l * d + std::max({lin, full, mlp});
+}
+
+std::string pct(uint64_t part, uint64_t whole) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f%%", whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
+  return b;
+}
+
+}  // namespace
+
+uint64_t parse_byte_size(const std::string& text, const std::string& flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},           {"B", 1},          {"KiB", 0x1p10},   {"MiB", 0x1p20}, {"GiB", 0x1p30}, {"TiB", 0x1p40},
+      {"KB", 1e3},       {"MB", 1e6},       {"GB", 1e9},       {"TB", 1e12},    {"K", 0x1p10},   {"M", 0x1p20},
+      {"G", 0x1p30},     {"T", 0x1p40}};
+  double scale = 0;
+  for (const auto& [name, s] : kUnits)
+    if (unit == name) scale = s;
+  MAGI2_CHECK(used > 0 && scale > 0 && std::isfinite(v) && v >= 0 && v * scale <= 0x1p60, flag,
+              " must be a byte count or a size such as 40GiB or 80GB, got '", text, "'");
+  return static_cast<uint64_t>(std::llround(v * scale));
+}
+
+std::string format_bytes(uint64_t b) {
+  char s[32];
+  if (b >= (uint64_t{1} << 30))
+    std::snprintf(s, sizeof s, "%.2f GiB", static_cast<double>(b) / 0x1p30);
+  else if (b >= (uint64_t{1} << 20))
+    std::snprintf(s, sizeof s, "%.1f MiB", static_cast<double>(b) / 0x1p20);
+  else
+    std::snprintf(s, sizeof s, "%.1f KiB", static_cast<double>(b) / 0x1p10);
+  return s;
+}
+
+uint64_t default_memory_budget(const std::string& backend, std::string* source) {
+  if (backend == "cuda") {
+#if defined(MAGI2_HAVE_CUDA)
+    size_t free = 0, total = 0;
+    if (cuda_memory_info(0, &free, &total)) {
+      if (source) *source = "free GPU memory";
+      return free;
+    }
+#endif
+    if (source) *source = "unknown (no GPU visible: give --max-device-memory)";
+    return 0;
+  }
+  if (source) *source = "host RAM";
+  return static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+const StageMemory* MemoryPlan::stage(const std::string& name) const {
+  for (const StageMemory& s : stages)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+struct MemoryPlanner::State {
+  EngineOptions opt;
+  std::string backend, root;
+  Magi2Config cfg;
+  StageMemory dit;  // weights part (request independent)
+  // text encoder
+  bool te = false;
+  std::string te_dir;
+  qwen35::TextConfig te_cfg;
+  uint64_t te_weights = 0;
+  bool te_mapped = true;
+  std::shared_ptr<const qwen35::Tokenizer> tok;
+  // decoders and the image encoder (present when their folders are)
+  bool turbo = false, sao = false, wan = false;
+  TurboVaeConfig turbo_cfg;
+  uint64_t turbo_weights = 0;
+  SaoVaeConfig sao_cfg;
+  uint64_t sao_weights = 0;
+  uint64_t wan_weights = 0, wan_first_width = 0;
+
+  // Components are read on first need, so a request that does not use one
+  // never trips over it (and its loader reports a broken one, as without a plan).
+  bool te_read = false, decoders_read = false, wan_read = false;
+
+  void read_text_encoder() {
+    if (te_read || !te) return;
+    te_dir = find_text_encoder_dir(root, opt.text_encoder);
+    te_cfg = qwen35::TextConfig::from_file((fs::path(te_dir) / "config.json").string());
+    // Bound layers: up to the feature layer hidden_states[-3] (TextEncoder::load).
+    const int needed = te_cfg.num_hidden_layers - qwen35::kOfficialSkipLayer;
+    for (const qwen35::TextTensorSpec& t : qwen35::text_tensor_specs(te_cfg)) {
+      int layer = -1;
+      if (t.name.starts_with("layers.")) layer = std::stoi(t.name.substr(7));
+      if (layer < needed) te_weights += numel_of(t.shape) * 2;  // bf16 as the official torch_dtype
+    }
+    const Checkpoint tc = Checkpoint::open(te_dir);
+    for (const std::string& n : tc.names())
+      if (tc.entry(n).dtype != DType::BF16 && tc.entry(n).shape.size() >= 2) te_mapped = false;
+    te_read = true;
+  }
+
+  void read_decoders() {
+    if (decoders_read) return;
+    const fs::path turbo_dir = fs::path(root) / "turbo_vae", sao_dir = fs::path(root) / "stable-audio-open-1.0";
+    if (fs::is_directory(turbo_dir)) {
+      turbo = true;
+      turbo_cfg = TurboVaeConfig::from_json_file(turbo_vae_config_path(turbo_dir.string()));
+      for (const TurboVaeTensorSpec& t : turbo_vae_tensor_specs(turbo_cfg)) turbo_weights += numel_of(t.shape) * 2;
+    }
+    if (fs::is_directory(sao_dir)) {
+      sao = true;
+      sao_cfg = SaoVaeConfig::load(sao_dir.string());
+      for (const SaoTensorSpec& t : sao_vae_tensor_specs(sao_cfg))
+        if (t.name.find(".decoder.") != std::string::npos) sao_weights += numel_of(t.shape) * 4;  // fp32
+    }
+    decoders_read = true;
+  }
+
+  void read_wan() {
+    if (wan_read) return;
+    const fs::path wan_pth = fs::path(root) / "vae" / "Wan2.2_VAE.pth";
+    if (fs::is_regular_file(wan_pth)) {
+      wan = true;
+      for (const TorchTensorInfo& t : torch_checkpoint_tensor_infos(wan_pth.string())) {
+        if (!t.name.starts_with("encoder.") && !t.name.starts_with("conv1.")) continue;
+        wan_weights += numel_of(t.shape) * 4;  // fp32, as the official encoder
+        if (t.name == "encoder.conv1.weight" && !t.shape.empty()) wan_first_width = static_cast<uint64_t>(t.shape[0]);
+      }
+    }
+    wan_read = true;
+  }
+
+  int64_t tokens_of(const std::string& prompt, bool i2v, bool truncate, const std::string& what) {
+    if (!tok) tok = qwen35::Tokenizer::load(te_dir);
+    return static_cast<int64_t>(tokenize_prompt(*tok, prompt, i2v, truncate, what, false).encoding.size());
+  }
+};
+
+MemoryPlanner::MemoryPlanner(const EngineOptions& o, const std::string& backend) : s_(std::make_unique<State>()) {
+  State& s = *s_;
+  s.opt = o;
+  s.backend = backend;
+  s.root = resolve_model(o.model, o.cache);
+  MAGI2_CHECK(fs::is_directory(s.root), "model folder '", s.root, "' does not exist");
+  s.cfg = config_for_model(s.root, o.config);
+  // DiT: the parameter dtypes of the official tensor list (DitWeights::bind
+  // casts to them); zero-copy on the CPU when the stored dtype already matches.
+  const std::string tdir = o.transformer.empty() ? find_transformer_dir(s.root) : o.transformer;
+  const Checkpoint ck = Checkpoint::open(tdir);
+  bool mapped = true;
+  for (const DitTensorSpec& t : dit_tensor_specs(s.cfg.arch)) {
+    s.dit.weights += numel_of(t.shape) * dtype_size(t.dtype);
+    if (ck.contains(t.name) && ck.entry(t.name).dtype != t.dtype) mapped = false;
+  }
+  s.dit.name = "dit";
+  s.dit.backend = backend;
+  s.dit.pool = backend == "cuda" ? MemoryPool::Device : MemoryPool::Host;
+  s.dit.weights_mapped = backend != "cuda" && mapped;
+  s.te = o.encodes_text;
+}
+
+MemoryPlanner::~MemoryPlanner() = default;
+
+uint64_t MemoryPlanner::text_encoder_weights() {
+  s_->read_text_encoder();
+  return s_->te ? s_->te_weights : 0;
+}
+uint64_t MemoryPlanner::dit_weights() const { return s_->dit.weights; }
+
+MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const std::string& budget_source,
+                               bool text_encoder_kept) {
+  State& s = *s_;
+  const DitArch& a = s.cfg.arch;
+  const bool cuda = s.backend == "cuda", i2v = !p.image.empty();
+  MemoryPlan m;
+  m.label = p.label;
+  m.dit_backend = s.backend;
+  m.width = p.pixel_width();
+  m.height = p.pixel_height();
+  m.seconds = p.seconds;
+  m.steps = p.steps == -1 ? s.cfg.eval.num_inference_steps : p.steps;
+  m.budget = budget;
+  m.budget_source = budget_source;
+  LatentShape ls = latent_shape_for_clip(p.seconds, m.width, m.height, s.cfg.eval.fps);
+  ls.channels = a.video_in_channels;
+  ls.audio_channels = a.audio_in_channels;
+
+  // Token counts: the tokenizer alone (no weights), or the feature file's header.
+  if (p.text_features.empty()) {
+    MAGI2_CHECK(s.te, p.label, ": prompts need the text encoder, but the engine was made without it");
+    s.read_text_encoder();
+    m.prompt_tokens = s.tokens_of(p.prompt, i2v, p.truncate, p.label);
+    m.negative_tokens = s.cfg.eval.use_negative_prompt
+                            ? s.tokens_of(negative_prompt_or_default(p.negative_prompt), false, p.truncate,
+                                          "negative prompt")
+                            : 0;
+  } else {
+    const auto tf = SafetensorsFile::open(p.text_features);
+    const auto rows = [&](const char* name) {
+      const Shape& sh = tf->entry(name).shape;
+      MAGI2_CHECK(sh.size() >= 2, "--text-features ", p.text_features, ": ", name, " is not [L, D]");
+      return sh[sh.size() - 2];
+    };
+    m.prompt_tokens = rows("raw_txt_feat");
+    m.negative_tokens = rows("raw_null_txt_feat");
+  }
+  PackingShapes shapes;
+  shapes.latent = ls;
+  shapes.text_channels = a.text_in_channels;
+  shapes.text_len_cond = m.prompt_tokens;
+  shapes.text_len_uncond = m.negative_tokens;
+  if (i2v) shapes.ref_images.push_back({ls.height, ls.width});
+  const PackingPlan pack = make_packing_plan(shapes);
+  m.tokens = pack.total_tokens;
+
+  StageMemory dit = s.dit;
+  dit.activations = DitWorkspace::planned_bytes(a, pack.total_tokens, pack.width) +
+                    DenoiseLoop::planned_bytes(pack, m.steps, a.out_channels());
+  dit.workspace = dit_scratch(a, pack.total_tokens, cuda);
+  dit.source = str_cat("weights: the official tensor list at its parameter dtypes",
+                       dit.weights_mapped ? " (mmap'd views)" : "", "; activations: DitWorkspace + DenoiseLoop "
+                       "buffers (exact); workspace: formula (",
+                       cuda ? "CUDA libraries 512 MiB + GEMM 32 MiB + MoE plan + attention stats + allocator rounding"
+                            : "the CPU attention's fp32 K/V copies",
+                       ")");
+  if (s.te && p.text_features.empty()) {
+    StageMemory te{.name = "text_encoder", .backend = "cpu", .pool = MemoryPool::Host, .weights = s.te_weights,
+                   .weights_mapped = s.te_mapped};
+    te.activations = text_activations(s.te_cfg, std::max(m.prompt_tokens, m.negative_tokens));
+    te.source = "weights: the layers up to hidden_states[-3] in bf16; activations: formula (one layer's buffers)";
+    m.stages.push_back(te);
+  }
+  if (i2v) s.read_wan();
+  if (i2v && s.wan) {
+    StageMemory w{.name = "wan22_encode", .backend = "cpu", .pool = MemoryPool::Host, .weights = s.wan_weights};
+    w.activations = 4 * s.wan_first_width * (16 * ls.height) * (16 * ls.width) * 4;
+    w.source = "weights: the encoder tensors of the .pth (fp32); activations: formula (4 fp32 maps of the "
+               "first stage at full resolution)";
+    m.stages.push_back(w);
+  }
+  m.stages.push_back(dit);
+  const bool decode = p.decodes();
+  if (decode) s.read_decoders();
+  if (decode && s.turbo && s.sao) {
+    const TurboVaeConfig& tc = s.turbo_cfg;
+    const TurboChunkPlan cp = plan_turbo_chunks(ls.frames, tc.first_chunk_size, tc.step_size,
+                                                tc.temporal_compression_ratio);
+    int64_t tmax = 1;
+    for (const TurboChunk& c : cp.chunks) tmax = std::max(tmax, c.end - c.begin);
+    // Widest map of one chunk call: walk the up blocks (widest first), growing
+    // space and time where the config scales.
+    const auto& widths = tc.decoder_block_out_channels;
+    uint64_t t = tmax, h = ls.height, w = ls.width, widest = 0;
+    for (size_t i = widths.size(); i-- > 0;) {
+      widest = std::max<uint64_t>(widest, static_cast<uint64_t>(widths[i]) * t * h * w);
+      if (tc.decoder_spatio_temporal_scaling[i]) {
+        h *= 2, w *= 2;
+        if (!tc.decoder_spatio_only[i]) t *= 2;
+        widest = std::max<uint64_t>(widest, static_cast<uint64_t>(widths[i]) * t * h * w);
+      }
+    }
+    const uint64_t frames = 4 * ls.frames - 3, px = 16 * ls.height * 16 * ls.width;
+    StageMemory tv{.name = "turbovae_decode", .backend = "cpu", .pool = MemoryPool::Host, .weights = s.turbo_weights};
+    tv.activations = 4 * widest * 2 + frames * px * 3 + frames * px * 3 * 4;
+    tv.source = "weights: the decoder tensor list in bf16; activations: formula (4 bf16 maps of the widest stage "
+                "of one temporal chunk + the f32 and u8 frames)";
+    m.stages.push_back(tv);
+    const OobleckCodecConfig& dc = s.sao_cfg.decoder;
+    uint64_t len = ls.audio_frames, wmax = static_cast<uint64_t>(dc.width(dc.c_mults.size())) * len;
+    for (size_t i = dc.c_mults.size(); i > 0; --i) {
+      len *= static_cast<uint64_t>(dc.strides[i - 1]);
+      wmax = std::max<uint64_t>(wmax, static_cast<uint64_t>(dc.width(i - 1)) * len);
+    }
+    StageMemory au{.name = "oobleck_decode", .backend = "cpu", .pool = MemoryPool::Host, .weights = s.sao_weights};
+    au.activations = 4 * wmax * 4 + 3 * len * 2 * 8;
+    au.source = "weights: the decoder tensor list in fp32; activations: formula (4 f32 maps of the widest block + "
+                "the FFT resample's complex buffers)";
+    m.stages.push_back(au);
+  }
+
+  // Residency: the text encoder shares the host with a CPU DiT; when both do
+  // not fit together but each phase fits alone, the text encoder is freed
+  // before the DiT loads and the other way round (Engine).
+  const StageMemory* te = m.stage("text_encoder");
+  const StageMemory* wan = m.stage("wan22_encode");
+  const StageMemory* tv = m.stage("turbovae_decode");
+  const StageMemory* au = m.stage("oobleck_decode");
+  const StageMemory* d = m.stage("dit");
+  auto build = [&](Residency res) {
+    m.residency = res;
+    m.phases.clear();
+    m.peak_device = m.peak_host = 0;
+    const bool together = res == Residency::Together;
+    const bool te_kept = te && together && text_encoder_kept;
+    auto add = [&](MemoryPlan::Phase& ph, const StageMemory* st, bool all) {
+      if (!st) return;
+      ph.resident.push_back(str_cat(st->name, all ? "" : " (weights)"));
+      (st->pool == MemoryPool::Device ? ph.device : ph.host) += all ? st->total() : st->weights;
+    };
+    auto push = [&](MemoryPlan::Phase ph) {
+      if (ph.device > m.peak_device) m.peak_device = ph.device, m.peak_device_phase = ph.name;
+      if (ph.host > m.peak_host) m.peak_host = ph.host, m.peak_host_phase = ph.name;
+      m.phases.push_back(std::move(ph));
+    };
+    if (te) {
+      MemoryPlan::Phase ph{.name = "encode"};
+      add(ph, te, true);
+      add(ph, tv, false), add(ph, au, false);
+      if (together) add(ph, d, false);
+      push(ph);
+    }
+    if (wan) {
+      MemoryPlan::Phase ph{.name = "image"};
+      add(ph, wan, true);
+      if (te_kept) add(ph, te, false);
+      add(ph, tv, false), add(ph, au, false), add(ph, d, false);
+      push(ph);
+    }
+    MemoryPlan::Phase dn{.name = "denoise"};
+    add(dn, d, true);
+    if (te_kept) add(dn, te, false);
+    add(dn, wan, false), add(dn, tv, false), add(dn, au, false);
+    push(dn);
+    if (tv) {
+      MemoryPlan::Phase ph{.name = "decode"};
+      add(ph, tv, true), add(ph, au, true);
+      add(ph, d, true);  // the DiT stays resident (its workspace is kept for the next request of this size)
+      if (te_kept) add(ph, te, false);
+      add(ph, wan, false);
+      push(ph);
+    }
+  };
+  build(Residency::Together);
+  if (te && !cuda && budget > 0 && m.peak_host > budget) build(Residency::Sequential);
+  const uint64_t need = m.peak_in_budget_pool();
+  m.fits = budget == 0 || need <= budget;
+  if (!m.fits) {
+    const std::string where = cuda ? "the GPU" : "the host";
+    const bool weights_alone = d->weights > budget;
+    m.advice = str_cat(p.label, ": the memory plan needs ", format_bytes(need), " on ", where, " (phase ",
+                       cuda ? m.peak_device_phase : m.peak_host_phase, ": DiT weights ", format_bytes(d->weights), " + activations ",
+                       format_bytes(d->activations), " + workspace ", format_bytes(d->workspace), ") but ", format_bytes(budget), " are allowed (",
+                       budget_source, "); would fit: ",
+                       weights_alone ? str_cat("--offload layerwise (DiT weights streamed from host memory) or "
+                                               "--weights fp8-experts (routed experts in FP8, ",
+                                               pct(budget, d->weights), " of the bf16 weights fit)")
+                                     : "a smaller clip (--resolution 272p, fewer --seconds), --offload layerwise or "
+                                       "--weights fp8-experts",
+                       ", or a larger --max-device-memory");
+  }
+  return m;
+}
+
+std::string MemoryPlan::text() const {
+  std::string out = str_cat("memory plan for ", label, ": ", width, "x", height, " px, ", seconds, " s, ", steps,
+                            " steps, ", tokens, " DiT tokens (prompt ", prompt_tokens, ", negative ", negative_tokens,
+                            "); DiT on ", dit_backend, "\n");
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-16s %-5s %-7s %12s %12s %12s %12s\n", "stage", "runs", "lives", "weights",
+                "activations", "workspace", "total");
+  out += line;
+  for (const StageMemory& s : stages) {
+    const std::string lives = s.pool == MemoryPool::Device ? "device" : (s.weights_mapped ? "host*" : "host");
+    std::snprintf(line, sizeof line, "  %-16s %-5s %-7s %12s %12s %12s %12s\n", s.name.c_str(), s.backend.c_str(),
+                  lives.c_str(), format_bytes(s.weights).c_str(), format_bytes(s.activations).c_str(),
+                  format_bytes(s.workspace).c_str(), format_bytes(s.total()).c_str());
+    out += line;
+  }
+  out += "  (host* = weights are zero-copy views of the mmap'd checkpoint, held in the page cache)\n";
+  for (const StageMemory& s : stages) out += str_cat("  ", s.name, ": ", s.source, "\n");
+  out += str_cat("  residency: ", residency == Residency::Together
+                                      ? "every loaded stage stays resident; the DiT stays loaded across samples"
+                                      : "sequential: the text encoder is freed before the DiT loads (both do not fit "
+                                        "together); the DiT stays loaded across samples",
+                 "\n");
+  for (const Phase& ph : phases) {
+    std::string names;
+    for (const std::string& r : ph.resident) names += (names.empty() ? "" : ", ") + r;
+    out += str_cat("  phase ", ph.name, ": ", dit_backend == "cuda" ? str_cat("device ", format_bytes(ph.device), ", ") : "",
+                   "host ", format_bytes(ph.host), " [", names, "]\n");
+  }
+  if (dit_backend == "cuda") out += str_cat("  peak device: ", format_bytes(peak_device), " (", peak_device_phase, ")\n");
+  out += str_cat("  peak host: ", format_bytes(peak_host), " (", peak_host_phase, ")\n");
+  out += str_cat("  budget: ", budget ? format_bytes(budget) : std::string("none"), " (", budget_source, "): ",
+                 budget == 0 ? "not checked" : (fits ? "fits" : "does NOT fit"), "\n");
+  if (!fits) out += str_cat("  ", advice, "\n");
+  return out;
+}
+
+nlohmann::json MemoryPlan::json() const {
+  nlohmann::json st = nlohmann::json::array(), ph = nlohmann::json::array();
+  for (const StageMemory& s : stages)
+    st.push_back({{"stage", s.name},
+                  {"backend", s.backend},
+                  {"pool", s.pool == MemoryPool::Device ? "device" : "host"},
+                  {"weights_mapped", s.weights_mapped},
+                  {"weights_bytes", s.weights},
+                  {"activation_bytes", s.activations},
+                  {"workspace_bytes", s.workspace},
+                  {"total_bytes", s.total()},
+                  {"source", s.source}});
+  for (const Phase& p : phases)
+    ph.push_back({{"phase", p.name}, {"resident", p.resident}, {"device_bytes", p.device}, {"host_bytes", p.host}});
+  return {{"label", label},
+          {"dit_backend", dit_backend},
+          {"width", width},
+          {"height", height},
+          {"seconds", seconds},
+          {"steps", steps},
+          {"tokens", tokens},
+          {"prompt_tokens", prompt_tokens},
+          {"negative_tokens", negative_tokens},
+          {"budget_bytes", budget},
+          {"budget_source", budget_source},
+          {"stages", st},
+          {"residency", residency == Residency::Together ? "together" : "sequential"},
+          {"phases", ph},
+          {"peak_device_bytes", peak_device},
+          {"peak_device_phase", peak_device_phase},
+          {"peak_host_bytes", peak_host},
+          {"peak_host_phase", peak_host_phase},
+          {"fits", fits},
+          {"advice", advice}};
+}
+
+}  // namespace magi2

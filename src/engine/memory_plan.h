@@ -1,0 +1,129 @@
+// The memory plan of a request: per stage (text encoder, DiT, TurboVAE
+// decode, Oobleck decode, Wan2.2 image encode) the bytes of weights,
+// activations and workspace, where each lives, which stages are resident
+// together, and the peak per memory pool, computed before anything loads
+// from the model folder's configs and checkpoint headers (safetensors
+// headers, torch zip pickles; no weight bytes are read). `magi2 generate
+// --dry-run` prints it; the engine refuses a request whose plan does not fit
+// the device budget (EngineOptions::max_device_memory) before loading.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/params.h"
+#include "models/magi2_dit/config.h"
+
+namespace magi2 {
+
+/// Where a stage's bytes live.
+enum class MemoryPool {
+  Device,  ///< the DiT's compute device (a GPU); only when the DiT runs on CUDA
+  Host,    ///< host RAM (CPU backend buffers, converted weights)
+};
+
+/// One stage of a run.
+struct StageMemory {
+  std::string name;         ///< "text_encoder", "dit", "turbovae_decode", "oobleck_decode", "wan22_encode"
+  std::string backend;      ///< backend it runs on: "cpu" or "cuda"
+  MemoryPool pool = MemoryPool::Host;
+  uint64_t weights = 0;      ///< bytes of the weights as the stage holds them (compute dtype)
+  bool weights_mapped = false;  ///< host weights are zero-copy views of the mmap'd checkpoint (page cache)
+  uint64_t activations = 0;  ///< bytes of the activation buffers of one forward/decode
+  uint64_t workspace = 0;    ///< backend scratch (GEMM/attention/MoE plans, allocator rounding)
+  /// How each number was obtained: "weights: ..., activations: ..." (a
+  /// "formula" is an estimate from the code's buffer shapes, not a count).
+  std::string source;
+  uint64_t total() const { return weights + activations + workspace; }
+};
+
+/// Which stages are held at once.
+enum class Residency {
+  Together,    ///< every loaded stage stays resident (fits the budget together)
+  Sequential,  ///< the text encoder is freed before the DiT loads and back (same pool, both do not fit)
+};
+
+/// The plan of one request.
+struct MemoryPlan {
+  std::string label;            ///< the request ("--prompt", "sample 3")
+  std::string dit_backend;      ///< "cpu" or "cuda"
+  int64_t width = 0, height = 0;  ///< pixels
+  double seconds = 0;
+  int steps = 0;
+  int64_t tokens = 0;           ///< packed DiT tokens per forward (both CFG branches)
+  int64_t prompt_tokens = 0, negative_tokens = 0;
+  uint64_t budget = 0;          ///< bytes allowed in the DiT's pool (0 = unknown: no fit check)
+  std::string budget_source;    ///< "--max-device-memory", "free GPU memory", "host RAM"
+  std::vector<StageMemory> stages;
+  Residency residency = Residency::Together;
+  /// Phases of a run in order with the stages resident in each and their bytes per pool.
+  struct Phase {
+    std::string name;  ///< "encode", "image", "denoise", "decode"
+    std::vector<std::string> resident;
+    uint64_t device = 0, host = 0;
+  };
+  std::vector<Phase> phases;
+  uint64_t peak_device = 0, peak_host = 0;
+  std::string peak_device_phase, peak_host_phase;
+  bool fits = true;
+  /// When it does not fit: one line saying what is needed and what would fit.
+  std::string advice;
+
+  const StageMemory* stage(const std::string& name) const;
+  /// Bytes of the DiT's pool at its peak (device for CUDA, host for CPU).
+  uint64_t peak_in_budget_pool() const { return dit_backend == "cuda" ? peak_device : peak_host; }
+  /// Human-readable table (several lines, ends with a newline).
+  std::string text() const;
+  /// Machine-readable form (byte counts as integers).
+  nlohmann::json json() const;
+};
+
+/// Parses a byte size: an integer number of bytes or a number with a unit
+/// (KiB/MiB/GiB/TiB = powers of 1024; KB/MB/GB/TB = powers of 1000; "40GiB",
+/// "0.5TiB"). Error naming `flag` for anything else, or a size over 2^60.
+uint64_t parse_byte_size(const std::string& text, const std::string& flag);
+
+/// "12.3 GiB" style rendering.
+std::string format_bytes(uint64_t bytes);
+
+/// The default budget of a backend ("cpu" | "cuda"): free memory of GPU 0
+/// (CUDA backend) or the host's physical RAM; `source` says which. 0 when
+/// unknown (a CUDA plan in a build or on a machine without a GPU).
+uint64_t default_memory_budget(const std::string& backend, std::string* source);
+
+/// Plans requests of one model folder. Holds the folder's configs and, once a
+/// prompt is planned, its tokenizer (token counts size the DiT's packed sequence).
+class MemoryPlanner {
+ public:
+  /// Resolves the model folder (builtin:tiny is made on first use) and reads
+  /// the DiT's config and checkpoint headers; the other components' configs
+  /// and headers are read when a plan first needs them. `backend`
+  /// is the DiT's resolved backend ("cpu" | "cuda"). Errors: those of the
+  /// folder, configs and headers (one line naming the file).
+  MemoryPlanner(const EngineOptions& options, const std::string& backend);
+  ~MemoryPlanner();
+  MemoryPlanner(const MemoryPlanner&) = delete;
+  MemoryPlanner& operator=(const MemoryPlanner&) = delete;
+
+  /// The plan of `p` (validated) against `budget` bytes (0: no fit check).
+  /// `text_encoder_kept`: the front end keeps the text encoder loaded during
+  /// the loop (more prompts to encode, a server), unless residency is
+  /// Sequential. Residency is Sequential for a CPU DiT when Together does not
+  /// fit the budget (the text encoder and the DiT then never share it).
+  /// Errors: a prompt over the token limit without truncate (as the encoder's).
+  MemoryPlan plan(const GenerateParams& p, uint64_t budget, const std::string& budget_source,
+                  bool text_encoder_kept = true);
+
+  /// Weight bytes of the text encoder and of the DiT.
+  uint64_t text_encoder_weights();
+  uint64_t dit_weights() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace magi2

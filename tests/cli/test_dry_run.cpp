@@ -1,0 +1,63 @@
+// `magi2 generate --dry-run` prints the memory plan and exits 0 without
+// loading weights; --max-device-memory too small stops the run before loading
+// with one line saying what would fit (engine/memory_plan.h).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "io/mmap_file.h"
+#include "util/cli.h"
+
+namespace magi2::test {
+namespace {
+
+std::string tiny(const std::string& args) {
+  static const std::string env = "MAGI2_CACHE_DIR=" + temp_dir("dry_run_cache") + " ";
+  return env + magi2_binary() + " generate --model builtin:tiny --prompt 'A red fox in the snow.' " + args;
+}
+
+CliRun run(const std::string& cmd) {
+  CliRun r;
+  r.rc = run_command(cmd, &r.out);
+  return r;
+}
+
+TEST(DryRun, PrintsThePlanAndWritesNothingElse) {
+  const std::string dir = temp_dir("dry_run");
+  const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --dry-run --metrics " + dir + "/plan.json"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  for (const char* w : {"memory plan", "text_encoder", "dit", "turbovae_decode", "oobleck_decode", "peak host",
+                        "formula", "fits"})
+    EXPECT_NE(r.out.find(w), std::string::npos) << w << " missing in: " << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/fox.mp4"));
+  const auto j = nlohmann::json::parse(read_text_file(dir + "/plan.json"));
+  EXPECT_TRUE(j.at("dry_run").get<bool>());
+  const auto& plan = j.at("memory_plan");
+  EXPECT_EQ(plan.at("stages").size(), 4u);
+  EXPECT_GT(plan.at("peak_host_bytes").get<uint64_t>(), 0u);
+  EXPECT_TRUE(plan.at("fits").get<bool>());
+}
+
+TEST(DryRun, PlansForAGpuAnywhere) {
+  const std::string dir = temp_dir("dry_run_gpu");
+  const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --dry-run --device cuda --max-device-memory 40GiB "
+                            "--resolution 540p --image " + golden_dir() + "/wan22_vae_encoder_tiny/ref_image.png"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("DiT on cuda"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wan22_encode"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("peak device"), std::string::npos) << r.out;
+}
+
+TEST(DryRun, TooSmallABudgetStopsBeforeLoading) {
+  const std::string dir = temp_dir("dry_run_small");
+  const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --device cpu --max-device-memory 64KiB --metrics " + dir +
+                            "/m.json"));
+  expect_one_line_error(r, "would fit");
+  EXPECT_NE(r.out.find("--offload layerwise"), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/m.json"));
+  expect_one_line_error(run(tiny("-o " + dir + "/fox.mp4 --max-device-memory lots")), "--max-device-memory");
+}
+
+}  // namespace
+}  // namespace magi2::test

@@ -1,0 +1,146 @@
+// The memory plan (engine/memory_plan.h) on the built-in tiny model, CPU
+// backend: planned DiT activations equal what the loop allocates, residency
+// (the text encoder freed before the DiT loads when both do not fit; the DiT
+// loaded once across samples), the budget check before loading, byte sizes.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "engine/memory_plan.h"
+#include "io/mmap_file.h"
+#include "util/testing.h"
+
+namespace magi2 {
+namespace {
+
+EngineOptions tiny_options() {
+  static const std::string cache = test::temp_dir("memplan_cache");
+  EngineOptions o;
+  o.model = kBuiltinTiny;
+  o.cache.cache_dir = cache;
+  o.device = "cpu";
+  o.threads = 2;
+  return o;
+}
+
+// A short latents-only request (the sizes are request parameters).
+GenerateParams small_request(const std::string& dir, const std::string& name) {
+  GenerateParams p;
+  p.prompt = "A red fox trots through fresh snow.";
+  p.seconds = 0.4;
+  p.width = 64;
+  p.height = 32;
+  p.steps = 1;
+  p.latents_path = dir + "/" + name + ".safetensors";
+  p.metrics_path = dir + "/" + name + ".json";
+  return p;
+}
+
+TEST(MemoryPlan, ParsesByteSizes) {
+  EXPECT_EQ(parse_byte_size("4096", "--max-device-memory"), 4096u);
+  EXPECT_EQ(parse_byte_size("40GiB", "--max-device-memory"), uint64_t{40} << 30);
+  EXPECT_EQ(parse_byte_size("1.5 MiB", "--max-device-memory"), uint64_t{3} << 19);
+  EXPECT_EQ(parse_byte_size("80GB", "--max-device-memory"), uint64_t{80000000000});
+  for (const char* bad : {"", "abc", "-1GiB", "12XB", "1e30GiB"})
+    EXPECT_TRUE(test::throws_with([&] { parse_byte_size(bad, "--max-device-memory"); }, {"--max-device-memory"}))
+        << bad;
+}
+
+TEST(MemoryPlan, PlannedDitActivationsAreWhatTheLoopAllocates) {
+  const std::string dir = test::temp_dir("memplan_exact");
+  Engine engine(tiny_options());
+  const GenerateParams p = small_request(dir, "a");
+  const PreparedRequest r = engine.prepare(p);
+  engine.run(r);
+  const auto m = nlohmann::json::parse(read_text_file(p.metrics_path));
+  const StageMemory* dit = r.memory_plan.stage("dit");
+  ASSERT_NE(dit, nullptr);
+  EXPECT_EQ(dit->activations, m["workspace_bytes"].get<uint64_t>());
+  EXPECT_EQ(m["memory_plan"]["tokens"].get<int64_t>(), m["tokens_per_forward"].get<int64_t>());
+  EXPECT_EQ(m["memory_plan"]["prompt_tokens"].get<int64_t>(), m["prompt_tokens"].get<int64_t>());
+  EXPECT_TRUE(r.memory_plan.fits);
+  EXPECT_EQ(r.memory_plan.residency, Residency::Together);
+  EXPECT_NE(r.memory_plan.text().find("dit"), std::string::npos);
+}
+
+TEST(MemoryPlan, TextEncoderAndDitAreNotResidentTogetherWhenTheyDoNotFit) {
+  const std::string dir = test::temp_dir("memplan_seq");
+  EngineOptions o = tiny_options();
+  // The budget between the sequential peak (the DiT's phase alone) and the
+  // peak with the text encoder kept beside it.
+  MemoryPlanner planner(o, "cpu");
+  const GenerateParams a = small_request(dir, "a"), b = small_request(dir, "b");
+  const MemoryPlan free_plan = planner.plan(a, 0, "none");
+  const StageMemory* te = free_plan.stage("text_encoder");
+  const StageMemory* dit = free_plan.stage("dit");
+  ASSERT_TRUE(te && dit);
+  ASSERT_GT(te->weights, 0u);
+  o.max_device_memory = dit->total() + te->weights / 2;
+  const MemoryPlan seq = planner.plan(a, o.max_device_memory, "test");
+  EXPECT_TRUE(seq.fits) << seq.text();
+  EXPECT_EQ(seq.residency, Residency::Sequential) << seq.text();
+
+  // Two samples as the CLI runs them under sequential residency: every prompt
+  // encoded first, the text encoder released, then both loops.
+  Engine engine(o);
+  std::vector<PreparedRequest> ready;
+  ready.push_back(engine.prepare(a));
+  ready.push_back(engine.prepare(b));
+  EXPECT_EQ(engine.residency(), Residency::Sequential);
+  engine.release_text_encoder();
+  engine.run(ready[0]);
+  engine.run(ready[1]);
+  const auto& log = engine.residency_log();
+  // Replay the log: the text encoder and the DiT are never loaded at once,
+  // the text encoder is loaded once, the DiT is loaded once after it.
+  bool te_on = false, dit_on = false;
+  int te_loads = 0, dit_loads_after_te = 0;
+  std::string trace;
+  for (const ResidencyEvent& e : log) {
+    trace += (e.loaded ? "+" : "-") + e.stage + " ";
+    if (e.stage == "text_encoder") te_on = e.loaded, te_loads += e.loaded;
+    if (e.stage == "dit") {
+      dit_on = e.loaded;
+      if (e.loaded && te_loads > 0) ++dit_loads_after_te;
+    }
+    EXPECT_FALSE(te_on && dit_on) << trace;
+  }
+  EXPECT_EQ(te_loads, 1) << trace;
+  EXPECT_EQ(dit_loads_after_te, 1) << trace;
+  EXPECT_TRUE(dit_on) << trace;
+}
+
+TEST(MemoryPlan, DitStaysResidentAcrossSamplesWithinTheBudget) {
+  const std::string dir = test::temp_dir("memplan_together");
+  Engine engine(tiny_options());  // budget: the host's RAM
+  const PreparedRequest a = engine.prepare(small_request(dir, "a"));
+  engine.run(a);
+  const PreparedRequest b = engine.prepare(small_request(dir, "b"));
+  engine.run(b);
+  int dit_events = 0;
+  for (const ResidencyEvent& e : engine.residency_log()) dit_events += e.stage == "dit";
+  EXPECT_EQ(dit_events, 1);  // loaded once by the constructor, never freed
+  EXPECT_EQ(engine.residency(), Residency::Together);
+}
+
+TEST(MemoryPlan, RequestOverTheBudgetStopsBeforeLoading) {
+  const std::string dir = test::temp_dir("memplan_over");
+  EngineOptions o = tiny_options();
+  MemoryPlanner planner(o, "cpu");
+  const GenerateParams p = small_request(dir, "a");
+  const MemoryPlan free_plan = planner.plan(p, 0, "none");
+  const StageMemory* dit = free_plan.stage("dit");
+  ASSERT_NE(dit, nullptr);
+  // Weights fit, activations do not: the request is refused in prepare, naming what would fit.
+  o.max_device_memory = dit->weights + dit->activations / 2;
+  Engine engine(o);
+  EXPECT_TRUE(test::throws_with([&] { engine.prepare(p); }, {"--prompt", "memory plan", "would fit", "--resolution"}));
+  for (const ResidencyEvent& e : engine.residency_log()) EXPECT_NE(e.stage, "text_encoder");
+  // Weights alone do not fit: the engine is refused before loading them.
+  o.max_device_memory = dit->weights / 2;
+  EXPECT_TRUE(test::throws_with([&] { Engine too_small(o); }, {"DiT", "--offload layerwise", "--weights fp8-experts"}));
+}
+
+}  // namespace
+}  // namespace magi2
