@@ -105,7 +105,8 @@ class CudaBackend final : public Backend {
     if (p.dst.device() == Device::CPU) MAGI2_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
-  void copy_many(const std::vector<CopyParams>& ps) override {
+  void copy_many(const std::vector<CopyParams>& ps,
+                 const std::function<void(size_t done, size_t total)>& progress) override {
     std::vector<CopyParams> rest;
     std::vector<HostUpload> ups;
     for (const CopyParams& p : ps) {
@@ -116,7 +117,7 @@ class CudaBackend final : public Backend {
         rest.push_back(p);
     }
     MAGI2_CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier work may still read the destinations
-    upload_parallel(ups, device_);
+    upload_parallel(ups, device_, progress);
     for (const CopyParams& p : rest) copy(p);
   }
 

@@ -1,12 +1,21 @@
 #include "cuda/upload.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "cuda/cuda_common.h"
+#include "io/mmap_file.h"
 
 namespace magi2::cuda {
 
@@ -14,9 +23,36 @@ namespace {
 
 constexpr size_t kChunk = size_t{32} << 20;
 
+// The bytes of `u` at [off, off + n) into `dst`: a pread from the shard when
+// the source lies in an mmap'd file (one large read from the page cache, no
+// page faults), else a memcpy.
+class SourceReader {
+ public:
+  ~SourceReader() {
+    for (auto& [path, fd] : fds_) ::close(fd);
+  }
+  void read(const HostUpload& u, size_t off, void* dst, size_t n) {
+    FileSpan span;
+    if (!find_mapped_span(static_cast<const char*>(u.src) + off, n, &span)) {
+      std::memcpy(dst, static_cast<const char*>(u.src) + off, n);
+      return;
+    }
+    auto it = fds_.find(span.path);
+    if (it == fds_.end()) {
+      const int fd = ::open(span.path.c_str(), O_RDONLY | O_CLOEXEC);
+      MAGI2_CHECK(fd >= 0, "cannot open '", span.path, "' to upload its weights: ", std::strerror(errno));
+      it = fds_.emplace(span.path, fd).first;
+    }
+    pread_exact(it->second, span.path, span.offset, dst, n);
+  }
+
+ private:
+  std::map<std::string, int> fds_;
+};
+
 // One worker: its own stream and two pinned buffers used alternately; an event
 // per buffer says when its previous async copy has drained.
-void upload_worker(const std::vector<HostUpload>& mine, int device) {
+void upload_worker(const std::vector<HostUpload>& mine, int device, std::atomic<size_t>& done_bytes) {
   MAGI2_CUDA_CHECK(cudaSetDevice(device));
   cudaStream_t s = nullptr;
   MAGI2_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -36,13 +72,15 @@ void upload_worker(const std::vector<HostUpload>& mine, int device) {
       MAGI2_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
     }
     int next = 0;
+    SourceReader reader;
     for (const HostUpload& u : mine)
       for (size_t off = 0; off < u.bytes; off += kChunk) {
         const size_t n = std::min(kChunk, u.bytes - off);
         MAGI2_CUDA_CHECK(cudaEventSynchronize(done[next]));
-        std::memcpy(buf[next], static_cast<const char*>(u.src) + off, n);
+        reader.read(u, off, buf[next], n);
         MAGI2_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(u.dst) + off, buf[next], n, cudaMemcpyHostToDevice, s));
         MAGI2_CUDA_CHECK(cudaEventRecord(done[next], s));
+        done_bytes += n;  // read and enqueued (the final stream sync waits for the last copies)
         next ^= 1;
       }
     MAGI2_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -55,7 +93,7 @@ void upload_worker(const std::vector<HostUpload>& mine, int device) {
 
 }  // namespace
 
-void upload_parallel(const std::vector<HostUpload>& ups, int device) {
+void upload_parallel(const std::vector<HostUpload>& ups, int device, const UploadProgress& progress) {
   if (ups.empty()) return;
   size_t total = 0;
   for (const HostUpload& u : ups) total += u.bytes;
@@ -74,17 +112,26 @@ void upload_parallel(const std::vector<HostUpload>& ups, int device) {
   }
   std::exception_ptr err;
   std::mutex mu;
+  std::atomic<size_t> done{0};
+  std::atomic<size_t> running{workers};
   std::vector<std::thread> threads;
   for (size_t w = 0; w < workers; ++w)
     threads.emplace_back([&, w] {
       try {
-        upload_worker(plan[w], device);
+        upload_worker(plan[w], device, done);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
         if (!err) err = std::current_exception();
       }
+      --running;
     });
+  // Progress on the caller's thread, a few times a second.
+  while (progress && running > 0) {
+    progress(done.load(), total);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   for (std::thread& t : threads) t.join();
+  if (progress && !err) progress(total, total);
   if (err) std::rethrow_exception(err);
 }
 

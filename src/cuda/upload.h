@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 namespace magi2::cuda {
@@ -16,10 +17,17 @@ struct HostUpload {
   size_t bytes = 0;
 };
 
+/// Bytes uploaded so far and in all (called on the caller's thread).
+using UploadProgress = std::function<void(size_t done, size_t total)>;
+
 /// Runs every upload and returns when all have landed on GPU `device`. Work is
-/// split over up to 8 threads (greedy by size), each copying 32 MiB chunks into
-/// two pinned buffers in turn and issuing async copies on its own stream.
-/// Errors: Error naming the CUDA call that failed.
-void upload_parallel(const std::vector<HostUpload>& ups, int device);
+/// split over up to 8 threads (greedy by size, so the shards are read in
+/// parallel), each filling two pinned 32 MiB buffers in turn and issuing async
+/// copies on its own stream. A source inside an mmap'd file (a checkpoint
+/// tensor) is read with pread from that file (large reads from the page cache
+/// instead of page faults on the mapping); other sources are copied.
+/// `progress` (optional) is called every ~100 ms and at the end.
+/// Errors: Error naming the CUDA call or the file that failed.
+void upload_parallel(const std::vector<HostUpload>& ups, int device, const UploadProgress& progress = {});
 
 }  // namespace magi2::cuda

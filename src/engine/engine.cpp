@@ -127,6 +127,7 @@ struct Engine::State {
   std::string budget_source;
   Residency residency = Residency::Together;
   std::vector<ResidencyEvent> log;
+  LoadProgress on_load;
 
   void note(const char* stage, bool loaded, uint64_t bytes) { log.push_back({stage, loaded, bytes}); }
 
@@ -139,7 +140,9 @@ struct Engine::State {
     }
     // On a GPU the weights are uploaded once; the mmap'd host views stay only
     // for the CPU backend.
-    dit_weights = dit_be->device() == Device::CPU ? model.weights : model.weights.to_backend(*dit_be);
+    std::function<void(size_t, size_t)> progress;
+    if (on_load) progress = [this](size_t done, size_t total) { on_load("dit", done, total); };
+    dit_weights = dit_be->device() == Device::CPU ? model.weights : model.weights.to_backend(*dit_be, progress);
     if (dit_be->device() != Device::CPU) model.weights = DitWeights(), model.ckpt = Checkpoint();
     dit = std::make_unique<Dit>(model.config.arch, dit_weights, *dit_be);
     note("dit", true, planner->dit_weights());
@@ -196,9 +199,10 @@ struct Engine::State {
   }
 };
 
-Engine::Engine(const EngineOptions& config) : s_(std::make_unique<State>()) {
+Engine::Engine(const EngineOptions& config, LoadProgress on_load) : s_(std::make_unique<State>()) {
   validate(config);
   s_->config = config;
+  s_->on_load = std::move(on_load);
   const std::string root = resolve_model(config.model, config.cache);
   const std::string why = folder_problem(root);  // /dev/zero "is a character device", not "missing"
   MAGI2_CHECK(why.empty(), "model folder '", root, "' ", why);

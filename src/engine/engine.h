@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,9 @@ struct PreparedRequest {
   MemoryPlan memory_plan;      ///< the request's memory plan (checked against the budget)
 };
 
+/// Weight loading progress: stage, bytes done, bytes in all.
+using LoadProgress = std::function<void(const std::string& stage, uint64_t done, uint64_t total)>;
+
 /// One load or release of a stage by the engine (Engine::residency_log).
 struct ResidencyEvent {
   std::string stage;   ///< "text_encoder", "dit", "decoders", "wan22_encoder"
@@ -51,7 +55,10 @@ class Engine {
   /// first use), loads and binds the DiT and creates the compute backend.
   /// Errors (one line naming the file, folder or option): a missing model
   /// folder, a bad config or checkpoint, an unknown device.
-  explicit Engine(const EngineOptions& config);
+  /// `on_load` (optional) reports weight loading: the stage ("dit") and bytes
+  /// done and in all, on the constructing (or running) thread, a few times a
+  /// second while a device upload runs.
+  explicit Engine(const EngineOptions& config, LoadProgress on_load = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

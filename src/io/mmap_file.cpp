@@ -8,11 +8,53 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "core/error.h"
 #include "io/temp_files.h"
 
 namespace magi2 {
+
+namespace {
+
+// Live mappings by start address, for find_mapped_span.
+struct MappingRegistry {
+  std::mutex mu;
+  std::map<uintptr_t, std::pair<size_t, std::string>> by_start;  // start -> (size, path)
+};
+
+MappingRegistry& registry() {
+  static MappingRegistry r;
+  return r;
+}
+
+}  // namespace
+
+bool find_mapped_span(const void* p, size_t bytes, FileSpan* out) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  MappingRegistry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.by_start.upper_bound(a);
+  if (it == r.by_start.begin()) return false;
+  --it;
+  const auto& [size, path] = it->second;
+  if (a + bytes > it->first + size) return false;
+  out->path = path;
+  out->offset = a - it->first;
+  return true;
+}
+
+void pread_exact(int fd, const std::string& path, uint64_t offset, void* dst, size_t bytes) {
+  auto* d = static_cast<char*>(dst);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, d, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw Error(str_cat("cannot read '", path, "' at byte ", offset, ": ",
+                                    n < 0 ? std::strerror(errno) : "unexpected end of file"));
+    d += n, offset += static_cast<uint64_t>(n), bytes -= static_cast<size_t>(n);
+  }
+}
 
 std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   {
@@ -46,13 +88,20 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
       throw Error(str_cat("cannot mmap '", path, "': ", std::strerror(e)));
     }
     f->data_ = static_cast<const unsigned char*>(p);
+    std::lock_guard<std::mutex> lock(registry().mu);
+    registry().by_start[reinterpret_cast<uintptr_t>(p)] = {f->size_, path};
   }
   ::close(fd);
   return f;
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
+  if (!data_) return;
+  {
+    std::lock_guard<std::mutex> lock(registry().mu);
+    registry().by_start.erase(reinterpret_cast<uintptr_t>(data_));
+  }
+  ::munmap(const_cast<unsigned char*>(data_), size_);
 }
 
 std::string file_problem(const std::string& path) {

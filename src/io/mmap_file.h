@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,23 @@ class MappedFile {
   size_t size_ = 0;
   std::string path_;
 };
+
+/// Where some bytes of a live mapping come from: the file and the offset of
+/// the first byte in it.
+struct FileSpan {
+  std::string path;
+  uint64_t offset = 0;
+};
+
+/// Whether [p, p + bytes) lies inside one live MappedFile; then *out says
+/// which file and where (loaders read it with pread instead of faulting the
+/// mapping in page by page). Thread-safe.
+bool find_mapped_span(const void* p, size_t bytes, FileSpan* out);
+
+/// Reads exactly `bytes` at `offset` of the open file `fd` into `dst` (pread,
+/// retried on short reads and EINTR). Error naming `path` on a read error or
+/// an early end of file.
+void pread_exact(int fd, const std::string& path, uint64_t offset, void* dst, size_t bytes);
 
 /// Largest file read_text_file accepts by default (tokenizer.json is ~12 MB).
 constexpr size_t kMaxTextFileBytes = size_t{256} << 20;

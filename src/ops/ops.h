@@ -722,8 +722,15 @@ class Backend {
   /// Host-to-device copies of many tensors at once (weight upload): the CUDA
   /// backend stages them through pinned buffers from several threads. Default:
   /// copy() each in turn.
-  virtual void copy_many(const std::vector<CopyParams>& ps) {
-    for (const CopyParams& p : ps) copy(p);
+  /// `progress` (optional) gets bytes done and in all as the copies proceed.
+  virtual void copy_many(const std::vector<CopyParams>& ps,
+                         const std::function<void(size_t done, size_t total)>& progress = {}) {
+    size_t total = 0, done = 0;
+    for (const CopyParams& p : ps) total += p.src.nbytes();
+    for (const CopyParams& p : ps) {
+      copy(p);
+      if (progress) progress(done += p.src.nbytes(), total);
+    }
   }
   /// Waits until every op enqueued so far has finished (no-op on the CPU).
   virtual void synchronize() {}

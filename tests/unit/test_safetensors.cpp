@@ -3,6 +3,9 @@
 // write_safetensors) so each test controls exactly which rule is broken.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/mmap_file.h"
 #include "io/safetensors.h"
 #include "util/testing.h"
 
@@ -304,6 +308,34 @@ TEST_F(SafetensorsTest, MissingOrNonRegularFile) {
   fs::create_directories(dir_ + "/sub.safetensors");
   EXPECT_TRUE(open_fails(dir_ + "/sub.safetensors", {"sub.safetensors", "is a folder"}));
   EXPECT_TRUE(open_fails("/dev/zero", {"/dev/zero", "character device"}));
+}
+
+// Loaders find where a mapped tensor's bytes sit in its shard and read them
+// with pread (the weight upload); unmapped memory and dropped files are not found.
+TEST(Safetensors, MappedTensorsTellTheirShardAndOffset) {
+  const std::string path = test::temp_dir("st_span") + "/w.safetensors";
+  Tensor a = Tensor::from_f32({3}, {1.f, 2.f, 3.f}), b = Tensor::from_f32({2, 2}, {4.f, 5.f, 6.f, 7.f});
+  write_safetensors(path, {{"a", a}, {"b", b}});
+  const void* mapped_b = nullptr;
+  {
+    auto f = SafetensorsFile::open(path);
+    const Tensor tb = f->tensor("b");
+    mapped_b = tb.data();
+    FileSpan span;
+    ASSERT_TRUE(find_mapped_span(tb.data(), tb.nbytes(), &span));
+    EXPECT_EQ(span.path, path);
+    std::vector<float> got(4);
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    pread_exact(fd, path, span.offset, got.data(), tb.nbytes());
+    EXPECT_TRUE(test::throws_with([&] { pread_exact(fd, path, span.offset, got.data(), 1 << 20); },
+                                  {path, "end of file"}));
+    ::close(fd);
+    EXPECT_EQ(std::memcmp(got.data(), b.data(), b.nbytes()), 0);
+    EXPECT_FALSE(find_mapped_span(a.data(), a.nbytes(), &span));  // plain host memory
+  }
+  FileSpan gone;
+  EXPECT_FALSE(find_mapped_span(mapped_b, 16, &gone));  // the mapping was dropped with the file
 }
 
 }  // namespace

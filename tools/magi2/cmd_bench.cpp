@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "bench_load.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/mmap_file.h"
@@ -28,6 +29,7 @@ namespace {
 
 struct BenchArgs {
   std::string config, device = "auto", json, resolutions = "272p,540p";
+  std::string stage = "step", model, write_random;
   int layers = 0, steps = 5, warmup = 1;
   int64_t text_cond = 300, text_uncond = 400;  // the token counts of shared/perf-anchor.md
   bool profile = true;
@@ -225,6 +227,21 @@ int run_bench(const BenchArgs& a) {
   MAGI2_CHECK(a.layers >= 0 && a.layers <= 1000, "--layers must be in [0, 1000], got ", a.layers);
   if (!a.json.empty()) check_output_path(a.json, "--json");
   const Magi2Config cfg = a.config.empty() ? Magi2Config::release() : Magi2Config::from_file(a.config);
+  MAGI2_CHECK(a.stage == "step" || a.stage == "load", "--stage must be step or load, got '", a.stage, "'");
+  if (a.stage == "load") {
+    MAGI2_CHECK(!a.model.empty() || !a.write_random.empty(),
+                "--stage load needs --model DIR (a DiT checkpoint) or --write-random DIR");
+    const DitArch arch = cut_arch(cfg.arch, a.layers);
+    if (!a.write_random.empty()) write_random_dit(a.write_random, arch);
+    auto be = make_backend_for(a.device, 0);
+    const nlohmann::json j = bench_load(a.model.empty() ? a.write_random : a.model, arch, *be, a.steps);
+    std::printf("bench load: %.2f GB in %zu tensors from %zu shards (%d layers) -> %s: %.2f GB/s median of %d (%s)\n",
+                j["bytes"].get<double>() / 1e9, j["tensors"].get<size_t>(), j["shards"].get<size_t>(),
+                arch.num_layers, be->name(), j["gb_per_s_median"].get<double>(), a.steps,
+                j["what"].get<std::string>().c_str());
+    if (!a.json.empty()) write_file_atomic(a.json, j.dump(2) + "\n");
+    return 0;
+  }
   auto be = make_backend_for(a.device, 0);
   nlohmann::json out = {{"backend", be->name()}, {"config", cfg.source}, {"runs", nlohmann::json::array()}};
   std::string list = a.resolutions;
@@ -275,6 +292,13 @@ Command bench_command() {
     s->add_flag("!--no-profile", args->profile, "skip the instrumented per-component pass")
         ->envname("MAGI2_BENCH_PROFILE");
     s->add_option("--json", args->json, "write the results as JSON")->envname("MAGI2_BENCH_JSON");
+    s->add_option("--stage", args->stage, "step (the denoising step) or load (weights page cache -> device, GB/s)")
+        ->envname("MAGI2_BENCH_STAGE")
+        ->capture_default_str();
+    s->add_option("--model", args->model, "--stage load: the model or DiT checkpoint folder to load (config: "
+                  "--config, cut to --layers)")->envname("MAGI2_BENCH_MODEL");
+    s->add_option("--write-random", args->write_random, "--stage load: first write a random-weight DiT folder "
+                  "for the config (cut to --layers) here, then load it")->envname("MAGI2_BENCH_WRITE_RANDOM");
     return s;
   };
   c.run = [args]() { return run_bench(*args); };

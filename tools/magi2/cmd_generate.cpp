@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -50,7 +51,7 @@ struct GenerateArgs {
   std::string device = "auto";
   bool enhance_prompt = false;
   std::string save_prompt;
-  bool dry_run = false;
+  bool dry_run = false, quiet = false;
   std::string max_device_memory;
   PeArgs pe;
   CLI::Option* prompt_opt = nullptr;  // set by the parser: an empty --prompt '' still counts as given
@@ -67,6 +68,21 @@ void report_step(const Progress& s) {
     std::fprintf(stderr, "step %d/%d t=%lld %.1f ms eta %.1f s\n", s.step, s.steps,
                  static_cast<long long>(s.timestep), s.step_ms, s.eta_s);
   }
+}
+
+// Weight loading: a redrawn bar with the rate on a terminal; nothing otherwise
+// (the metrics' phase_ms.load has the time).
+LoadProgress load_bar() {
+  if (!::isatty(STDERR_FILENO)) return {};
+  auto t0 = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+  return [t0](const std::string& stage, uint64_t done, uint64_t total) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - *t0).count();
+    const int width = 30, bar = total ? static_cast<int>(done * width / total) : width;
+    std::fprintf(stderr, "\rloading %s [%.*s%*s] %.1f/%.1f GB  %.1f GB/s ", stage.c_str(), bar,
+                 "##############################", width - bar, "", done / 1e9, total / 1e9,
+                 s > 0 ? done / 1e9 / s : 0.0);
+    if (done == total) std::fprintf(stderr, "\n");
+  };
 }
 
 // The per-sample variant of an output plan: every path gets _sample_NNN.
@@ -210,10 +226,10 @@ int run_generate(const GenerateArgs& a) {
   // that cannot fit stops here, before any weight is read.
   const std::optional<MemoryPlan> plan = check_memory_plans(ec, jobs, a.dry_run, a.metrics);
   if (!plan) return 0;
-  Engine engine(ec);
+  Engine engine(ec, a.quiet ? LoadProgress() : load_bar());
   GenerateCallbacks cb;
   cb.on_log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-  cb.on_progress = report_step;
+  if (!a.quiet) cb.on_progress = report_step;
   // Sequential residency (the text encoder and the DiT do not fit together):
   // every prompt is encoded first, so each stage loads once.
   std::vector<PreparedRequest> ahead;
@@ -335,6 +351,8 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
                 "print the memory plan (per stage weights, activations, workspace, residency, peak) and exit "
                 "without loading weights (--metrics FILE: the plan as JSON)")
         ->envname("MAGI2_DRY_RUN");
+    s->add_flag("--quiet", a.quiet, "no progress output (the weight-loading bar and the per-step lines)")
+        ->envname("MAGI2_QUIET");
     s->add_option("--max-device-memory", a.max_device_memory,
                   "bytes the DiT's device may hold, e.g. 40GiB (default: the GPU's free memory, or the host's RAM "
                   "for --device cpu); a run whose plan does not fit stops before loading")

@@ -87,7 +87,8 @@ struct DitWeights {
   /// threads). Tensors already on that device are shared, not copied; so are
   /// tensors that are views of one storage (shared expert banks stay shared).
   /// Errors: out of device memory names the tensor.
-  DitWeights to_backend(Backend& be) const;
+  /// `progress` (optional): bytes uploaded so far and in all.
+  DitWeights to_backend(Backend& be, const std::function<void(size_t done, size_t total)>& progress = {}) const;
 
   /// Calls f(name, tensor&) for every tensor member, in module order (the
   /// names are short labels for messages, not official checkpoint names).

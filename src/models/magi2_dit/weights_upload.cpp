@@ -6,7 +6,7 @@
 
 namespace magi2 {
 
-DitWeights DitWeights::to_backend(Backend& be) const {
+DitWeights DitWeights::to_backend(Backend& be, const std::function<void(size_t, size_t)>& progress) const {
   DitWeights out = *this;
   std::vector<CopyParams> copies;
   // Views of one host storage at one address upload once (layers sharing an
@@ -32,7 +32,7 @@ DitWeights DitWeights::to_backend(Backend& be) const {
     done.emplace(key, d);
     t = d;
   });
-  be.copy_many(copies);
+  be.copy_many(copies, progress);
   return out;
 }
 
