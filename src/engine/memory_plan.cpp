@@ -232,6 +232,8 @@ MemoryPlanner::MemoryPlanner(const EngineOptions& o, const std::string& backend)
   s.backend = backend;
   s.root = resolve_model(o.model, o.cache);
   MAGI2_CHECK(fs::is_directory(s.root), "model folder '", s.root, "' does not exist");
+  // The engine's order of checks: a missing text encoder folder is named first.
+  if (o.encodes_text) s.te_dir = find_text_encoder_dir(s.root, o.text_encoder);
   s.cfg = config_for_model(s.root, o.config);
   // DiT: the parameter dtypes of the official tensor list (DitWeights::bind
   // casts to them); zero-copy on the CPU when the stored dtype already matches.
