@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include "ops/numerics.h"
+
 namespace magi2 {
 
 std::string_view dtype_name(DType t) {
@@ -55,37 +57,9 @@ uint16_t f32_to_f16_bits(float f) {
   return sign | static_cast<uint16_t>(((a >> 13) - (112u << 10)));
 }
 
-float f8e4m3_bits_to_f32(uint8_t b) {
-  uint32_t sign = (b & 0x80u) ? 1u : 0u;
-  uint32_t exp = (b >> 3) & 0xfu;
-  uint32_t man = b & 0x7u;
-  float v;
-  if (exp == 0xf && man == 0x7) return std::nanf("");
-  if (exp == 0) v = std::ldexp(static_cast<float>(man), -9);
-  else v = std::ldexp(1.0f + static_cast<float>(man) / 8.0f, static_cast<int>(exp) - 7);
-  return sign ? -v : v;
-}
+// The codec lives in ops/numerics.h so that host and device share it.
+float f8e4m3_bits_to_f32(uint8_t b) { return e4m3_bits_to_f32(b); }
 
-uint8_t f32_to_f8e4m3_bits(float f) {
-  if (std::isnan(f)) return 0x7f;
-  uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  float a = std::fabs(f);
-  if (a >= 448.0f) return sign | 0x7e;  // saturate (e4m3fn has no inf)
-  // frexp(0) reports exponent 0, which would send zero down the normal path (-> 0xf8 = -256).
-  if (a == 0.0f) return sign;
-  // Find the nearest representable value by exponent bucket, ties to even mantissa.
-  int e;
-  std::frexp(a, &e);  // a = m * 2^e, m in [0.5,1)
-  int exp = e - 1 + 7;  // biased exponent for 1.x form
-  if (exp < 1) {
-    float q = std::nearbyint(std::ldexp(a, 9));  // subnormal units of 2^-9
-    if (q >= 8.0f) return sign | 0x08;           // rounded up to the smallest normal
-    return sign | static_cast<uint8_t>(q);
-  }
-  float q = std::nearbyint(std::ldexp(a, -(exp - 7)) * 8.0f);  // in [8,16]
-  if (q >= 16.0f) { q = 8.0f; ++exp; }
-  if (exp > 15 || (exp == 15 && q - 8.0f > 6.0f)) return sign | 0x7e;
-  return sign | static_cast<uint8_t>((exp << 3) | (static_cast<int>(q) - 8));
-}
+uint8_t f32_to_f8e4m3_bits(float f) { return f32_to_e4m3_bits(f); }
 
 }  // namespace magi2

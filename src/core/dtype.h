@@ -63,8 +63,10 @@ float f16_bits_to_f32(uint16_t h);
 /// fp32 -> IEEE half bits, round-to-nearest-even.
 uint16_t f32_to_f16_bits(float f);
 /// OCP float8 e4m3fn bits -> fp32 (exact; 0x7f/0xff are NaN, no infinities).
+/// = e4m3_bits_to_f32 of ops/numerics.h (the host/device codec).
 float f8e4m3_bits_to_f32(uint8_t b);
-/// fp32 -> float8 e4m3fn, round-to-nearest-even, saturating to +-448 (NaN stays NaN).
+/// fp32 -> float8 e4m3fn, round-to-nearest-even, saturating to +-448 (NaN stays
+/// NaN, sign kept) = f32_to_e4m3_bits of ops/numerics.h (torch's rounding).
 uint8_t f32_to_f8e4m3_bits(float f);
 
 }  // namespace magi2

@@ -8,6 +8,8 @@
 
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
+#include "ops/fp8_blocks.h"
+#include "ops/numerics.h"
 
 namespace magi2::cpu {
 
@@ -86,34 +88,34 @@ void moe_route(const MoeRouteParams& p) {
   MAGI2_CHECK(!bad_forced, "forced routing: expert index out of range [0, ", ne, ")");
 }
 
-void moe_experts(const MoeExpertsParams& p) {
-  const int64_t t = p.r.size(0);
-  const int mh = p.num_heads, ne = p.num_experts, k = p.top_k;
-  MAGI2_CHECK(mh > 0 && ne > 0 && k > 0, "moe_experts: bad head/expert/top-k counts");
-  const int64_t dh = p.r.size(1) / mh;
-  check_2d(p.r, t, mh * dh, "moe_experts.r");
-  check_2d(p.out, t, mh * dh, "moe_experts.out");
-  MAGI2_CHECK(p.r.dtype() == DType::BF16 && p.out.dtype() == DType::BF16, "moe_experts: r and out must be bf16");
-  const int64_t de = p.w_gate.dim() == 3 ? p.w_gate.size(2) : 0;
-  const Shape up_shape{static_cast<int64_t>(mh) * ne, dh, de};
-  MAGI2_CHECK(p.w_gate.dtype() == DType::BF16 && p.w_gate.shape() == up_shape && p.w_up.shape() == up_shape &&
-                  p.w_up.dtype() == DType::BF16,
-              "moe_mlp.W_gate/W_up: expected ", shape_str(up_shape), " bf16");
-  MAGI2_CHECK(p.w_down.dtype() == DType::BF16 && p.w_down.shape() == Shape({static_cast<int64_t>(mh) * ne, de, dh}),
-              "moe_mlp.W_down: expected [", mh * ne, ", ", de, ", ", dh, "] bf16, got ",
-              shape_str(p.w_down.shape()));
-  const Shape route_shape{mh, t, k};
-  MAGI2_CHECK(p.idx.shape() == route_shape && p.idx.dtype() == DType::I32 && p.weight.shape() == route_shape &&
-                  p.weight.dtype() == DType::F32,
-              "moe_experts: idx/weight must be ", shape_str(route_shape));
-  // Checked up front: the expert loop below indexes weight banks with these.
-  for (int64_t i = 0; i < p.idx.numel(); ++i) {
-    const int32_t e = p.idx.data_as<int32_t>()[i];
-    MAGI2_CHECK(e >= 0 && e < ne, "moe_experts.idx: expert index ", e, " out of range [0, ", ne, ")");
+namespace {
+
+// Element (row, col) of flat expert f's [rows, cols] matrix as the fp32 value
+// the expert GEMMs multiply by: the bf16 weight, or for FP8 banks
+// bf16(q * scale) (ops/numerics.h fp8_dequant_f32, the CUDA dequantiser's value).
+struct Bf16Bank {
+  const uint16_t* w;
+  int64_t rows, cols;
+  float operator()(int64_t f, int64_t r, int64_t c) const { return bf16_bits_to_f32(w[(f * rows + r) * cols + c]); }
+};
+struct Fp8Bank {
+  const uint8_t* q;
+  const float* scale;
+  int64_t rows, cols, brows, bcols;
+  Fp8Bank(const Tensor& t, const Tensor& s)
+      : q(t.data_as<uint8_t>()), scale(s.data_as<float>()), rows(t.size(1)), cols(t.size(2)),
+        brows(s.size(1)), bcols(s.size(2)) {}
+  float operator()(int64_t f, int64_t r, int64_t c) const {
+    const float sc = scale[(f * brows + r / kFp8Block) * bcols + c / kFp8Block];
+    return round_bf16(fp8_dequant_f32(q[(f * rows + r) * cols + c], sc));
   }
-  const uint16_t* wg = p.w_gate.data_as<uint16_t>();
-  const uint16_t* wu = p.w_up.data_as<uint16_t>();
-  const uint16_t* wd = p.w_down.data_as<uint16_t>();
+};
+
+// The routed experts of every (token, head) with the banks read through `Bank`.
+template <typename Bank>
+void run_experts(const MoeExpertsParams& p, int64_t t, int64_t dh, int64_t de, const Bank& wg, const Bank& wu,
+                 const Bank& wd) {
+  const int mh = p.num_heads, ne = p.num_experts, k = p.top_k;
 #pragma omp parallel
   {
     std::vector<float> x(dh), g(de), u(de), z(de), y(dh), sum(dh);
@@ -132,13 +134,11 @@ void moe_experts(const MoeExpertsParams& p) {
           const int64_t f = static_cast<int64_t>(h) * ne + e;
           std::fill(g.begin(), g.end(), 0.f);
           std::fill(u.begin(), u.end(), 0.f);
-          const uint16_t* wgf = wg + f * dh * de;
-          const uint16_t* wuf = wu + f * dh * de;
           for (int64_t d = 0; d < dh; ++d) {
             const float xd = x[d];
             for (int64_t c = 0; c < de; ++c) {
-              g[c] += xd * bf16_bits_to_f32(wgf[d * de + c]);
-              u[c] += xd * bf16_bits_to_f32(wuf[d * de + c]);
+              g[c] += xd * wg(f, d, c);
+              u[c] += xd * wu(f, d, c);
             }
           }
           for (int64_t c = 0; c < de; ++c) {
@@ -147,10 +147,9 @@ void moe_experts(const MoeExpertsParams& p) {
             z[c] = round_bf16((gc * sigmoid_f32(1.702f * gc)) * (uc + 1.0f));
           }
           std::fill(y.begin(), y.end(), 0.f);
-          const uint16_t* wdf = wd + f * de * dh;
           for (int64_t c = 0; c < de; ++c) {
             const float zc = z[c];
-            for (int64_t d = 0; d < dh; ++d) y[d] += zc * bf16_bits_to_f32(wdf[c * dh + d]);
+            for (int64_t d = 0; d < dh; ++d) y[d] += zc * wd(f, c, d);
           }
           const float w = p.weight.data_as<float>()[base + j];
           for (int64_t d = 0; d < dh; ++d) sum[d] += round_bf16(y[d] * w);
@@ -158,6 +157,49 @@ void moe_experts(const MoeExpertsParams& p) {
         uint16_t* o = reinterpret_cast<uint16_t*>(row_ptr(p.out, n)) + h * dh;
         for (int64_t d = 0; d < dh; ++d) o[d] = f32_to_bf16_bits(sum[d]);
       }
+  }
+}
+
+}  // namespace
+
+void moe_experts(const MoeExpertsParams& p) {
+  const int64_t t = p.r.size(0);
+  const int mh = p.num_heads, ne = p.num_experts, k = p.top_k;
+  MAGI2_CHECK(mh > 0 && ne > 0 && k > 0, "moe_experts: bad head/expert/top-k counts");
+  const int64_t dh = p.r.size(1) / mh;
+  check_2d(p.r, t, mh * dh, "moe_experts.r");
+  check_2d(p.out, t, mh * dh, "moe_experts.out");
+  MAGI2_CHECK(p.r.dtype() == DType::BF16 && p.out.dtype() == DType::BF16, "moe_experts: r and out must be bf16");
+  const int64_t de = p.w_gate.dim() == 3 ? p.w_gate.size(2) : 0;
+  const Shape up_shape{static_cast<int64_t>(mh) * ne, dh, de};
+  const Shape down_shape{static_cast<int64_t>(mh) * ne, de, dh};
+  const bool fp8 = p.w_gate.dtype() == DType::F8E4M3;
+  const DType wt = fp8 ? DType::F8E4M3 : DType::BF16;
+  MAGI2_CHECK(p.w_gate.dtype() == wt && p.w_gate.shape() == up_shape && p.w_up.shape() == up_shape &&
+                  p.w_up.dtype() == wt,
+              "moe_mlp.W_gate/W_up: expected ", shape_str(up_shape), " ", dtype_name(wt));
+  MAGI2_CHECK(p.w_down.dtype() == wt && p.w_down.shape() == down_shape, "moe_mlp.W_down: expected ",
+              shape_str(down_shape), " ", dtype_name(wt), ", got ", shape_str(p.w_down.shape()));
+  if (fp8) {
+    check_fp8_pair(p.w_gate, p.w_gate_scale, "moe_mlp.W_gate");
+    check_fp8_pair(p.w_up, p.w_up_scale, "moe_mlp.W_up");
+    check_fp8_pair(p.w_down, p.w_down_scale, "moe_mlp.W_down");
+  }
+  const Shape route_shape{mh, t, k};
+  MAGI2_CHECK(p.idx.shape() == route_shape && p.idx.dtype() == DType::I32 && p.weight.shape() == route_shape &&
+                  p.weight.dtype() == DType::F32,
+              "moe_experts: idx/weight must be ", shape_str(route_shape));
+  // Checked up front: the expert loop below indexes weight banks with these.
+  for (int64_t i = 0; i < p.idx.numel(); ++i) {
+    const int32_t e = p.idx.data_as<int32_t>()[i];
+    MAGI2_CHECK(e >= 0 && e < ne, "moe_experts.idx: expert index ", e, " out of range [0, ", ne, ")");
+  }
+  if (fp8) {
+    run_experts(p, t, dh, de, Fp8Bank(p.w_gate, p.w_gate_scale), Fp8Bank(p.w_up, p.w_up_scale),
+                Fp8Bank(p.w_down, p.w_down_scale));
+  } else {
+    run_experts(p, t, dh, de, Bf16Bank{p.w_gate.data_as<uint16_t>(), dh, de},
+                Bf16Bank{p.w_up.data_as<uint16_t>(), dh, de}, Bf16Bank{p.w_down.data_as<uint16_t>(), de, dh});
   }
 }
 

@@ -1,6 +1,8 @@
 // Caching device allocator (see allocator.h).
 #include "cuda/allocator.h"
 
+#include <algorithm>
+
 #include "cuda/cuda_common.h"
 
 namespace magi2::cuda {
@@ -54,6 +56,7 @@ std::shared_ptr<void> DeviceCache::get(size_t bytes) {
       }
     }
     in_use_ += size;
+    peak_ = std::max(peak_, in_use_);
   }
   std::shared_ptr<DeviceCache> self = shared_from_this();
   return std::shared_ptr<void>(p, [self, size](void* q) { self->put(q, size); });
@@ -69,6 +72,11 @@ void DeviceCache::put(void* p, size_t bytes) {
 size_t DeviceCache::bytes_in_use() const {
   std::lock_guard<std::mutex> lock(mu_);
   return in_use_;
+}
+
+size_t DeviceCache::bytes_peak() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_;
 }
 
 size_t DeviceCache::bytes_cached() const {

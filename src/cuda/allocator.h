@@ -30,6 +30,7 @@ class DeviceCache : public std::enable_shared_from_this<DeviceCache> {
 
   size_t bytes_in_use() const;
   size_t bytes_cached() const;
+  size_t bytes_peak() const;  ///< the largest bytes_in_use() so far
 
  private:
   void put(void* p, size_t bytes);
@@ -39,6 +40,7 @@ class DeviceCache : public std::enable_shared_from_this<DeviceCache> {
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;  // rounded size -> block
   size_t in_use_ = 0;
+  size_t peak_ = 0;
   size_t cached_ = 0;
 };
 

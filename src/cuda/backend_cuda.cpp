@@ -63,6 +63,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::CUDA; }
   const char* name() const override { return "cuda"; }
   cudaStream_t stream() const { return stream_; }
+  const DeviceCache& cache() const { return *cache_; }
 
   Tensor alloc(const Shape& shape, DType dtype) override {
     // A buffer taken while a step is being captured would be recorded into the
@@ -307,5 +308,22 @@ void cuda_profile_begin(Backend& b) { cuda::as_cuda(b).profile_begin(); }
 std::map<std::string, double> cuda_profile_end(Backend& b) { return cuda::as_cuda(b).profile_end(); }
 
 void cuda_synchronize(Backend& b) { MAGI2_CUDA_CHECK(cudaStreamSynchronize(cuda::as_cuda(b).stream())); }
+
+void cuda_fill_random(Backend& b, const Tensor& t, uint64_t seed, float stddev) {
+  cuda::fill_random(t, seed, stddev, cuda::as_cuda(b).stream());
+}
+
+CudaMemoryStats cuda_memory_stats(Backend& b) {
+  const cuda::CudaBackend& c = cuda::as_cuda(b);
+  CudaMemoryStats m;
+  m.in_use = c.cache().bytes_in_use();
+  m.peak_in_use = c.cache().bytes_peak();
+  m.cached = c.cache().bytes_cached();
+  size_t free = 0, total = 0;
+  MAGI2_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  m.device_used = total - free;
+  m.device_total = total;
+  return m;
+}
 
 }  // namespace magi2

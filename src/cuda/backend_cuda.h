@@ -49,4 +49,21 @@ std::map<std::string, double> cuda_profile_end(Backend& b);
 /// and benchmarks; the pipeline itself waits only in host-bound copies).
 void cuda_synchronize(Backend& b);
 
+/// Device memory of a CUDA backend, bytes: its caching allocator's blocks in
+/// use now and at most so far, the cached free blocks, and the whole GPU's
+/// used/total memory from the driver (every process and library included).
+struct CudaMemoryStats {
+  size_t in_use = 0, peak_in_use = 0, cached = 0, device_used = 0, device_total = 0;
+};
+/// Error unless `b` is a CUDA backend.
+CudaMemoryStats cuda_memory_stats(Backend& b);
+
+/// Fills a contiguous device tensor with seeded pseudo-random values, on the
+/// backend's stream (benchmarks: release-size weights made on the GPU without a
+/// host copy). Element i depends only on (seed, i) (a splitmix64 hash). F32 and
+/// BF16: uniform with mean 0 and standard deviation `stddev`; F8E4M3: the codes
+/// e4m3(448 u) with u uniform in [-1, 1) (the block scales give the spread).
+/// Error for other dtypes or a non-CUDA backend/tensor. random_fill.cu.
+void cuda_fill_random(Backend& b, const Tensor& t, uint64_t seed, float stddev);
+
 }  // namespace magi2

@@ -48,6 +48,8 @@ void swiglu7(const SwiGLU7Params& p, cudaStream_t s);   // elementwise.cu
 void gate(const GateParams& p, cudaStream_t s);         // elementwise.cu
 void add(const AddParams& p, cudaStream_t s);           // elementwise.cu
 void cast(const CastParams& p, cudaStream_t s);         // elementwise.cu
+/// magi2::cuda_fill_random on `s` (checked there). random_fill.cu.
+void fill_random(const Tensor& t, uint64_t seed, float stddev, cudaStream_t s);
 /// Adds a per-group f32 bias to the rows of an f32 y (the f32 linear's epilogue).
 void add_bias_f32(const Tensor& y, const Tensor& bias, const Groups& g, cudaStream_t s);  // elementwise.cu
 

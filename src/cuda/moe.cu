@@ -16,6 +16,7 @@
 #include "cuda/fused_kernels.h"
 #include "cuda/mhc_moe.h"
 #include "cuda/route_select.cuh"
+#include "ops/fp8_blocks.h"
 
 namespace magi2::cuda {
 
@@ -249,9 +250,20 @@ void moe_experts(const MoeExpertsParams& p, MoeExpertsRunner* grouped, cudaStrea
   MAGI2_CHECK(p.r.dtype() == DType::BF16 && p.out.dtype() == DType::BF16, "moe_experts: r and out must be bf16");
   const int64_t de = p.w_gate.dim() == 3 ? p.w_gate.size(2) : 0;
   const Shape up_shape{static_cast<int64_t>(mh) * ne, dh, de};
-  check_dev(p.w_gate, DType::BF16, up_shape, "moe_mlp.W_gate");
-  check_dev(p.w_up, DType::BF16, up_shape, "moe_mlp.W_up");
-  check_dev(p.w_down, DType::BF16, Shape({static_cast<int64_t>(mh) * ne, de, dh}), "moe_mlp.W_down");
+  const Shape down_shape{static_cast<int64_t>(mh) * ne, de, dh};
+  const bool fp8 = p.w_gate.defined() && p.w_gate.dtype() == DType::F8E4M3;
+  const DType wt = fp8 ? DType::F8E4M3 : DType::BF16;
+  check_dev(p.w_gate, wt, up_shape, "moe_mlp.W_gate");
+  check_dev(p.w_up, wt, up_shape, "moe_mlp.W_up");
+  check_dev(p.w_down, wt, down_shape, "moe_mlp.W_down");
+  if (fp8) {
+    check_dev(p.w_gate_scale, DType::F32, fp8_scale_shape(up_shape), "moe_mlp.W_gate_scale_inv");
+    check_dev(p.w_up_scale, DType::F32, fp8_scale_shape(up_shape), "moe_mlp.W_up_scale_inv");
+    check_dev(p.w_down_scale, DType::F32, fp8_scale_shape(down_shape), "moe_mlp.W_down_scale_inv");
+    MAGI2_CHECK(grouped != nullptr && MoeExpertsRunner::supports(dh, de, k),
+                "moe_experts: FP8 expert weights need the grouped GEMM path (CUTLASS built in, widths multiples of 8, "
+                "top-k <= 32); got ", dh, " head dims, ", de, " expert dims, top-", k);
+  }
   const Shape route_shape{mh, t, k};
   check_dev(p.idx, DType::I32, route_shape, "moe_experts.idx");
   check_dev(p.weight, DType::F32, route_shape, "moe_experts.weight");

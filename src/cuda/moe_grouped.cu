@@ -20,6 +20,7 @@
 #include "cuda/device_fp.cuh"
 #include "cuda/mhc_moe.h"
 #include "cuda/moe_gemm.h"
+#include "ops/numerics.h"
 
 namespace magi2::cuda {
 
@@ -194,6 +195,43 @@ __global__ void expert_combine(const float* __restrict__ y, const int32_t* __res
   }
 }
 
+// FP8 experts (W8A16): bank[f] (rows x cols e4m3, one f32 scale per 128 x 128
+// block) -> bf16(q * scale) into `out`, the exact values the CPU reference
+// multiplies by (ops/numerics.h fp8_dequant_f32, then RNE). Grid (chunks,
+// experts); experts without routed rows (offsets) are skipped: the grouped
+// GEMM never reads them. `vec`: 16 elements per thread (cols % 16 == 0, so a
+// run never crosses a scale block).
+__global__ void dequant_expert_bank(const uint8_t* __restrict__ q, const float* __restrict__ scale, int64_t rows,
+                                    int64_t cols, int64_t brows, int64_t bcols, const int32_t* __restrict__ offsets,
+                                    uint16_t* __restrict__ out, bool vec) {
+  const int64_t f = blockIdx.y;
+  if (offsets[f + 1] == offsets[f]) return;
+  const int64_t per = rows * cols;
+  const uint8_t* qf = q + f * per;
+  const float* sf = scale + f * brows * bcols;
+  uint16_t* of = out + f * per;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if (vec) {
+    for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v * 16 < per; v += step) {
+      const int64_t e = v * 16, r = e / cols, c = e % cols;
+      const float sc = sf[(r / kFp8Block) * bcols + c / kFp8Block];
+      const uint4 in = *reinterpret_cast<const uint4*>(qf + e);
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&in);
+      uint4 o[2];
+      uint16_t* h = reinterpret_cast<uint16_t*>(o);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) h[j] = f32_to_bf16(fp8_dequant_f32(b[j], sc));
+      *reinterpret_cast<uint4*>(of + e) = o[0];
+      *reinterpret_cast<uint4*>(of + e + 8) = o[1];
+    }
+  } else {
+    for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < per; e += step) {
+      const int64_t r = e / cols, c = e % cols;
+      of[e] = f32_to_bf16(fp8_dequant_f32(qf[e], sf[(r / kFp8Block) * bcols + c / kFp8Block]));
+    }
+  }
+}
+
 unsigned grid_of(int64_t work, int threads) {
   const int64_t b = (work + threads - 1) / threads;
   MAGI2_CHECK(b < (int64_t{1} << 31), "moe_experts: too many rows for one launch (", work, ")");
@@ -207,6 +245,7 @@ struct MoeExpertsRunner::Plan {
   int mh = 0, ne = 0, k = 0, chunks = 0;
   int64_t max_rows = 0;
   std::shared_ptr<void> cnt, total, offsets, pos, src, xp, hbuf, y;
+  std::shared_ptr<void> wdq;  // FP8 experts: two dequantised bf16 banks [F, DH, DE], made on the first FP8 call
   std::unique_ptr<ExpertGemm> w13, w2;
 };
 
@@ -284,7 +323,34 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
                                                              static_cast<uint16_t*>(p.xp.get()), vec);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts gather");
   if (mark) mark(0);
-  const void* b13[2] = {prm.w_gate.data(), prm.w_up.data()};
+  const bool fp8 = prm.w_gate.dtype() == DType::F8E4M3;
+  const int64_t bank = static_cast<int64_t>(nf) * dh * de;  // elements of one bank
+  uint16_t* dq0 = nullptr;
+  uint16_t* dq1 = nullptr;
+  auto dequant = [&](const Tensor& q, const Tensor& sc, uint16_t* to) {
+    const int64_t rows = q.size(1), cols = q.size(2);
+    const bool vec = cols % 16 == 0;
+    const int64_t work = vec ? rows * cols / 16 : rows * cols;
+    const unsigned chunks = static_cast<unsigned>(std::min<int64_t>((work + 255) / 256, 64));
+    dequant_expert_bank<<<dim3(chunks, static_cast<unsigned>(nf)), 256, 0, s>>>(
+        static_cast<const uint8_t*>(q.data()), static_cast<const float*>(sc.data()), rows, cols, sc.size(1),
+        sc.size(2), i32(p.offsets), to, vec);
+    MAGI2_CUDA_CHECK_LAUNCH("moe_experts FP8 dequantisation");
+  };
+  if (fp8) {
+    if (!p.wdq) {
+      cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+      MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
+      MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no FP8 dequantisation buffer planned; run one "
+                                                     "eager forward before capturing a CUDA graph");
+      p.wdq = alloc_(static_cast<size_t>(2 * bank) * 2);
+    }
+    dq0 = static_cast<uint16_t*>(p.wdq.get());
+    dq1 = dq0 + bank;
+    dequant(prm.w_gate, prm.w_gate_scale, dq0);
+    dequant(prm.w_up, prm.w_up_scale, dq1);
+  }
+  const void* b13[2] = {fp8 ? dq0 : prm.w_gate.data(), fp8 ? dq1 : prm.w_up.data()};
   p.w13->run(i32(p.offsets), p.xp.get(), b13, p.hbuf.get(), s);
   if (mark) mark(1);
   // Enough resident blocks to fill the GPU; each strides over the rows.
@@ -293,7 +359,9 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
                                                p.max_rows);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts swiglu7");
   if (mark) mark(2);
-  const void* b2[1] = {prm.w_down.data()};
+  // The W13 GEMM is done with dq0 (same stream) before W_down overwrites it.
+  if (fp8) dequant(prm.w_down, prm.w_down_scale, dq0);
+  const void* b2[1] = {fp8 ? dq0 : prm.w_down.data()};
   p.w2->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s);
   if (mark) mark(3);
   expert_combine<<<grid_of(t * mh, 8), 256, 0, s>>>(static_cast<const float*>(p.y.get()), idx,

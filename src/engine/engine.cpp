@@ -136,7 +136,7 @@ struct Engine::State {
     if (dit) return;
     if (!model.weights.layers.size()) {
       model.ckpt = Checkpoint::open(model.transformer_dir);
-      model.weights = bind_dit(model.ckpt, model.config);
+      model.weights = bind_dit(model.ckpt, model.config, expert_weights_from_name(config.weights, "--weights"));
     }
     // On a GPU the weights are uploaded once; the mmap'd host views stay only
     // for the CPU backend.
@@ -207,7 +207,8 @@ Engine::Engine(const EngineOptions& config, LoadProgress on_load) : s_(std::make
   const std::string why = folder_problem(root);  // /dev/zero "is a character device", not "missing"
   MAGI2_CHECK(why.empty(), "model folder '", root, "' ", why);
   if (config.encodes_text) s_->te_dir = find_text_encoder_dir(root, config.text_encoder);
-  s_->model = load_dit(root, config.transformer, config.config);  // binds: a bad checkpoint fails here
+  // Binds: a bad checkpoint fails here.
+  s_->model = load_dit(root, config.transformer, config.config, expert_weights_from_name(config.weights, "--weights"));
   s_->be = make_cpu_backend(config.threads);
   s_->dit_be = make_backend_for(config.device, config.threads);
   EngineOptions at_root = config;

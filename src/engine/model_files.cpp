@@ -56,19 +56,20 @@ std::string find_refiner_dir(const std::string& model_root) {
   return p.string();
 }
 
-LoadedDit load_dit(const std::string& model, const std::string& transformer, const std::string& config_path) {
+LoadedDit load_dit(const std::string& model, const std::string& transformer, const std::string& config_path,
+                   ExpertWeights experts) {
   LoadedDit d;
   d.root = model;
   d.transformer_dir = find_transformer_dir(transformer.empty() ? d.root : transformer);
   d.config = config_for_model(d.root, config_path);
   d.ckpt = Checkpoint::open(d.transformer_dir);
-  d.weights = bind_dit(d.ckpt, d.config);
+  d.weights = bind_dit(d.ckpt, d.config, experts);
   return d;
 }
 
-DitWeights bind_dit(const Checkpoint& ckpt, const Magi2Config& config) {
+DitWeights bind_dit(const Checkpoint& ckpt, const Magi2Config& config, ExpertWeights experts) {
   try {
-    return DitWeights::bind(ckpt, config.arch);
+    return DitWeights::bind(ckpt, config.arch, experts);
   } catch (const Error& e) {
     throw Error(str_cat(e.what(), " (config: ", config.source, "; pass the model's config with --config)"));
   }

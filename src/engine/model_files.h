@@ -45,14 +45,16 @@ struct LoadedDit {
 
 /// DitWeights::bind, with the config's source added to a mismatch Error
 /// (the usual cause is a missing --config).
-DitWeights bind_dit(const Checkpoint& ckpt, const Magi2Config& config);
+DitWeights bind_dit(const Checkpoint& ckpt, const Magi2Config& config, ExpertWeights experts = ExpertWeights::Auto);
 
 /// For the model folder `model` (builtin:tiny already resolved by
 /// resolve_model()), finds its DiT checkpoint
 /// (`transformer` overrides MODEL/preview), picks the config as
 /// config_for_model() does, and binds strictly. A mismatch Error also names the
 /// config used, since the usual cause is a missing --config.
-LoadedDit load_dit(const std::string& model, const std::string& transformer, const std::string& config_path);
+/// `experts` chooses the routed expert format (DitWeights::bind).
+LoadedDit load_dit(const std::string& model, const std::string& transformer, const std::string& config_path,
+                   ExpertWeights experts = ExpertWeights::Auto);
 
 /// Checks before any work that `path` can receive an output file: its folder
 /// exists and it is not itself a folder. Error naming `flag` and the path.

@@ -21,6 +21,7 @@ void validate(const EngineOptions& c) {
               "] (0: all cores), got ", c.threads);
   MAGI2_CHECK(c.device == "auto" || c.device == "cpu" || c.device == "cuda",
               "--device must be auto, cpu or cuda, got '", c.device, "'");
+  (void)expert_weights_from_name(c.weights, "--weights");
 }
 
 namespace {

@@ -38,6 +38,10 @@ struct EngineOptions {
   /// loading; on the CPU backend the text encoder is freed before the DiT
   /// loads when both do not fit together.
   uint64_t max_device_memory = 0;
+  /// Routed expert weights [--weights]: "auto" (as stored), "bf16", or
+  /// "fp8-experts" (e4m3 with 128 x 128 block scales; a bf16 checkpoint is
+  /// quantised at load). docs/fp8.md.
+  std::string weights = "auto";
   /// Prompt enhancement for requests with GenerateParams::enhance_prompt: the
   /// OpenAI-compatible endpoint (empty base_url: none, such requests are refused)
   /// and the request settings (model, template, max_tokens; prompt and image

@@ -177,6 +177,13 @@ Tensor pooled_random(const DitTensorSpec& t, const Recipe& r, uint64_t seed) {
 
 }  // namespace
 
+double random_dit_tensor_std(const DitTensorSpec& t) {
+  const Recipe r = recipe_for(t);
+  if (r.kind == Recipe::Normal) return r.b;
+  if (r.kind == Recipe::Uniform) return (r.b - r.a) / std::sqrt(12.0);
+  return 0.0;
+}
+
 Tensor random_dit_tensor(const DitTensorSpec& t, uint64_t seed, bool fast) {
   const Recipe r = recipe_for(t);
   if (fast && r.kind != Recipe::RopeBands) return pooled_random(t, r, seed);

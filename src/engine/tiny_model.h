@@ -67,6 +67,10 @@ void make_tiny_model(const std::string& dir, uint64_t seed);
 /// tensor name without a recipe.
 Tensor random_dit_tensor(const DitTensorSpec& t, uint64_t seed, bool fast = false);
 
+/// The standard deviation of random_dit_tensor's recipe for `t` (0 for the
+/// deterministic RoPE bands): device-side generators match the spread with it.
+double random_dit_tensor_std(const DitTensorSpec& t);
+
 /// Where the built-in models may be cached. The library never reads the
 /// environment: front ends fill this from $MAGI2_CACHE_DIR, $XDG_CACHE_HOME and
 /// $HOME (tools/magi2/cache_env.h); an API user may set `cache_dir` alone.

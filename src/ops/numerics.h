@@ -92,6 +92,85 @@ MAGI2_HD void flow_unipc_element(const UniPcStepCoef& c, float v, float& x, floa
   }
 }
 
+/// The fp32 value of a bit pattern (memcpy on the host, the intrinsic on the device).
+MAGI2_HD float numerics_bits_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+/// The bit pattern of an fp32 value.
+MAGI2_HD uint32_t numerics_f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+/// OCP float8 e4m3fn bits -> fp32, exact: 1 sign, 4 exponent (bias 7), 3
+/// mantissa bits; exponent 0 = subnormals m * 2^-9; S.1111.111 is NaN (the
+/// only one); there is no infinity. Same values as torch's float8_e4m3fn.
+MAGI2_HD float e4m3_bits_to_f32(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t exp = (b >> 3) & 0xfu, man = b & 0x7u;
+  if (exp == 0xfu && man == 0x7u) return numerics_bits_f32(sign | 0x7fc00000u);
+  if (exp == 0) {
+    if (man == 0) return numerics_bits_f32(sign);
+    // m * 2^-9 with m in 1..7: normalise the mantissa into fp32's 1.x form.
+    uint32_t e = 127 - 6, m = man;  // 2^-6 is the smallest normal; subnormal = 0.m * 2^-6
+    while ((m & 0x8u) == 0) m <<= 1, --e;
+    return numerics_bits_f32(sign | (e << 23) | ((m & 0x7u) << 20));
+  }
+  return numerics_bits_f32(sign | ((exp + 120u) << 23) | (man << 20));
+}
+
+/// fp32 -> float8 e4m3fn bits, round-to-nearest-even, saturating: magnitudes
+/// above 448 (the largest finite value) and infinities become +-448 (0x7e /
+/// 0xfe); NaN becomes NaN with its sign (0x7f / 0xff). Bit-identical to torch's
+/// `.to(torch.float8_e4m3fn)` (c10's fp8e4m3fn_from_fp32_value, the same
+/// integer rounding steps) for every input whose magnitude is at most 464;
+/// above that torch returns NaN where this saturates (the block quantiser
+/// never gets there: |w / scale| <= 448).
+MAGI2_HD uint8_t f32_to_e4m3_bits(float f) {
+  const uint32_t u = numerics_f32_bits(f);
+  const uint32_t sign = u & 0x80000000u;
+  uint32_t a = u ^ sign;
+  uint8_t r;
+  if (a > 0x7f800000u) {
+    r = 0x7f;                         // NaN
+  } else if (a >= 0x43e00000u) {      // >= 448 (ties at 464 round down to 448 anyway)
+    r = 0x7e;
+  } else if (a < (121u << 23)) {      // below 2^-6, the smallest normal: subnormal or zero
+    // Adding 2^14 puts the 2^-9 subnormal unit at fp32's last mantissa bit, so
+    // the fp32 addition rounds to nearest even exactly once (as torch).
+    const float shifted = numerics_bits_f32(a) + numerics_bits_f32(141u << 23);
+    r = static_cast<uint8_t>(numerics_f32_bits(shifted) - (141u << 23));
+  } else {
+    const uint32_t odd = (a >> 20) & 1u;  // the kept mantissa's last bit, for ties to even
+    a += (static_cast<uint32_t>(7 - 127) << 23) + 0x7ffffu + odd;
+    r = static_cast<uint8_t>(a >> 20);
+  }
+  return static_cast<uint8_t>(r | (sign >> 24));
+}
+
+/// The block edge of the FP8 expert weights' scales (DeepSeek-V3 style): one
+/// fp32 scale per 128 x 128 tile of the last two dimensions.
+constexpr int kFp8Block = 128;
+/// The largest finite e4m3fn magnitude: a block's scale is amax / 448.
+constexpr float kE4m3Max = 448.0f;
+
+/// The dequantised fp32 value of one FP8 weight, q * scale (scale = the
+/// tensor's `_scale_inv` entry of its block), one fp32 rounding. The W8A16
+/// expert path then rounds it to bf16 (RNE) like any bf16 weight: that bf16
+/// value is what both backends multiply by.
+MAGI2_HD float fp8_dequant_f32(uint8_t q, float scale) { return e4m3_bits_to_f32(q) * scale; }
+
 /// True when the fp32 bit pattern is not a finite number (NaN or +-inf); safe
 /// under any floating-point flags since it looks only at the exponent bits.
 MAGI2_HD bool is_nonfinite_bits(uint32_t bits) { return (bits & 0x7f800000u) == 0x7f800000u; }

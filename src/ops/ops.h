@@ -298,9 +298,13 @@ struct MoeRouteParams {
 /// [MH*E, DH, DE] bf16, W_down [MH*E, DE, DH] bf16, idx/weight as from routing,
 /// out [T, MH*DH] bf16. Expert parallel passes a rank's slice of heads and
 /// its rows of the expert banks (spec §10.2); the op is per-head independent.
+/// FP8 experts (W8A16, docs/fp8.md): the three banks are F8E4M3 with their
+/// `_scale_inv` block scales (ops/fp8_blocks.h); every weight is then used as
+/// bf16(q * scale), so the result equals the bf16 op on those dequantised banks.
 struct MoeExpertsParams {
   Tensor r;
   Tensor w_gate, w_up, w_down;
+  Tensor w_gate_scale, w_up_scale, w_down_scale;  ///< FP8 banks only: f32 block scales
   Tensor idx;
   Tensor weight;
   Tensor out;

@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <functional>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -20,6 +22,8 @@
 #include "pipeline/device_select.h"
 #include "pipeline/generate.h"
 #include "engine/tiny_model.h"
+#include "ops/fp8_blocks.h"
+#include "ops/numerics.h"
 #if defined(MAGI2_HAVE_CUDA)
 #include "cuda/backend_cuda.h"
 #endif
@@ -28,11 +32,18 @@ namespace magi2::cli {
 namespace {
 
 struct BenchArgs {
-  std::string config, device = "auto", json, resolutions = "272p,540p";
+  std::string config, device = "auto", json, resolutions = "272p,540p", weights = "bf16";
   std::string stage = "step", model, write_random;
   int layers = 0, steps = 5, warmup = 1;
   int64_t text_cond = 300, text_uncond = 400;  // the token counts of shared/perf-anchor.md
   bool profile = true;
+  bool full_model = false;  ///< every layer its own expert banks, made on the device (FP8 only)
+};
+
+// The step's weights, made once per run and shared by every resolution.
+struct BenchWeights {
+  DitWeights w;
+  nlohmann::json info;
 };
 
 using clock_t_ = std::chrono::steady_clock;
@@ -98,39 +109,92 @@ double gemm_ceiling_tflops(Backend& be) {
   return 2.0 * m * m * m / (median(ms) * 1e-3) / 1e12;
 }
 
-nlohmann::json bench_one(const BenchArgs& a, const Magi2Config& cfg, const std::string& res, Backend& be) {
-  const DitArch arch = cut_arch(cfg.arch, a.layers);
-  MAGI2_CHECK(res == "272p" || res == "540p", "--resolutions: unknown resolution '", res, "' (272p or 540p)");
-  const LatentShape ls = res == "272p" ? latent_shape_for_clip(10.0, 448, 256) : latent_shape_for_clip(10.0, 896, 512);
-
-  // Random weights; all MoE layers share one expert bank (bf16 banks of 40
-  // layers are 217 GB: they cannot all be resident on one GPU).
+// Random weights. Default: all MoE layers share one expert bank (bf16 banks of
+// 40 layers are 217 GB: they cannot all be resident on one GPU); FP8 quantises
+// that bank on the host. --full-model (FP8): every MoE layer gets its own
+// banks, drawn on the device (cuda_fill_random) so 110 GB never crosses PCIe.
+BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend& be) {
+  const ExpertWeights fmt = expert_weights_from_name(a.weights, "--weights");
+  const bool fp8 = fmt == ExpertWeights::FP8;
+  MAGI2_CHECK(!a.full_model || fp8, "--full-model needs --weights fp8-experts (bf16 banks of every layer do not fit "
+                                    "one GPU; the default shared bank gives the bf16 step)");
+  MAGI2_CHECK(!a.full_model || be.device() == Device::CUDA, "--full-model needs the CUDA backend (--device cuda)");
   std::map<std::string, Tensor> shared;
+  DitTensorSpec last_bank;  // the F8 bank whose _scale_inv spec comes next (visit order)
   const auto t_gen = clock_t_::now();
-  DitWeights host = DitWeights::generate(arch, [&](const DitTensorSpec& s) {
-    for (const char* bank : {"moe_mlp.W_gate", "moe_mlp.W_up", "moe_mlp.W_down"})
-      if (s.name.ends_with(bank)) {
-        auto it = shared.find(bank);
-        if (it == shared.end()) it = shared.emplace(bank, random_dit_tensor(s, 7, true)).first;
-        return it->second;
-      }
-    return random_dit_tensor(s, 7, true);
-  });
+  DitWeights host = DitWeights::generate(
+      arch,
+      [&](const DitTensorSpec& s) -> Tensor {
+        if (a.full_model && s.dtype == DType::F8E4M3) {
+#if defined(MAGI2_HAVE_CUDA)
+          Tensor t = be.alloc(s.shape, s.dtype);
+          cuda_fill_random(be, t, std::hash<std::string>{}(s.name) ^ 7, 0.f);
+          last_bank = s;
+          return t;
+#endif
+        }
+        if (a.full_model && s.name.ends_with("_scale_inv")) {
+          // Codes e4m3(448 u), u uniform in [-1, 1): scale sqrt(3) std / 448 gives the recipe's spread.
+          const DitTensorSpec ws{last_bank.name, last_bank.shape, DType::BF16};
+          const float sc = static_cast<float>(random_dit_tensor_std(ws) * std::sqrt(3.0) / kE4m3Max);
+          Tensor t = Tensor::empty(s.shape, DType::F32);
+          std::fill(t.data_as<float>(), t.data_as<float>() + t.numel(), sc);
+          return t;
+        }
+        for (const char* bank : {"moe_mlp.W_gate", "moe_mlp.W_up", "moe_mlp.W_down"}) {
+          const bool is_bank = s.name.ends_with(bank), is_scale = s.name.ends_with(std::string(bank) + "_scale_inv");
+          if (!is_bank && !is_scale) continue;
+          auto it = shared.find(bank);
+          if (it == shared.end()) {
+            const DitTensorSpec bs{s.name, is_bank ? s.shape : Shape{}, DType::BF16};
+            MAGI2_CHECK(is_bank, "bench: expert scales before their bank");
+            Tensor b = random_dit_tensor(bs, 7, true);
+            if (fp8) {
+              Fp8Blocks q = quantize_fp8_blocks(b, s.name);
+              shared.emplace(std::string(bank) + "_scale_inv", q.scale_inv);
+              b = q.q;
+            }
+            it = shared.emplace(bank, b).first;
+          }
+          return is_scale ? shared.at(std::string(bank) + "_scale_inv") : it->second;
+        }
+        return random_dit_tensor(s, 7, true);
+      },
+      fmt == ExpertWeights::Auto ? ExpertWeights::BF16 : fmt);
+  be.synchronize();
   const double gen_ms = ms_between(t_gen, clock_t_::now());
-  size_t unique_bytes = 0;
+  size_t unique_bytes = 0, device_made = 0;
   {
     std::map<const void*, size_t> seen;
     host.for_each_tensor([&](const char*, Tensor& t) {
-      if (t.defined()) seen[t.data()] = t.nbytes();
+      if (!t.defined()) return;
+      seen[t.data()] = t.nbytes();
+      if (t.device() == be.device() && be.device() != Device::CPU) device_made += t.nbytes();
     });
     for (auto& [p, b] : seen) unique_bytes += b;
   }
   const auto t_up = clock_t_::now();
-  const DitWeights w = be.device() == Device::CPU ? host : host.to_backend(be);
+  BenchWeights out;
+  out.w = be.device() == Device::CPU ? host : host.to_backend(be);
   be.synchronize();
   const double upload_ms = ms_between(t_up, clock_t_::now());
-  host = DitWeights();
-  shared.clear();
+  out.info = {{"weights", fp8 ? "fp8-experts" : "bf16"},
+              {"expert_banks", a.full_model ? "distinct FP8 banks per MoE layer, drawn on the device"
+                               : fp8 ? "one FP8 bank (128x128 block scales) shared by every MoE layer"
+                                     : "one bf16 bank shared by every MoE layer (bf16 banks of all layers do not fit)"},
+              {"weights_unique_bytes", unique_bytes},
+              {"weights_made_on_device_bytes", device_made},
+              {"weights_generate_ms", gen_ms},
+              {"weights_upload_ms", upload_ms},
+              {"weights_upload_gb_per_s", (unique_bytes - device_made) / (upload_ms * 1e-3) / 1e9}};
+  return out;
+}
+
+nlohmann::json bench_one(const BenchArgs& a, const DitArch& arch, const Magi2Config& cfg, const std::string& res,
+                         Backend& be, const BenchWeights& bw) {
+  MAGI2_CHECK(res == "272p" || res == "540p", "--resolutions: unknown resolution '", res, "' (272p or 540p)");
+  const LatentShape ls = res == "272p" ? latent_shape_for_clip(10.0, 448, 256) : latent_shape_for_clip(10.0, 896, 512);
+  const DitWeights& w = bw.w;
   Dit dit(arch, w, be);
 
   PackingShapes sh;
@@ -192,11 +256,6 @@ nlohmann::json bench_one(const BenchArgs& a, const Magi2Config& cfg, const std::
                       {"samples", {plan.branches[0].length, plan.branches[1].length}},
                       {"layers", arch.num_layers},
                       {"moe_layers", arch.moe_layers.size()},
-                      {"expert_banks", "one bf16 bank shared by every MoE layer (bf16 banks of all layers do not fit)"},
-                      {"weights_unique_bytes", unique_bytes},
-                      {"weights_generate_ms", gen_ms},
-                      {"weights_upload_ms", upload_ms},
-                      {"weights_upload_gb_per_s", unique_bytes / (upload_ms * 1e-3) / 1e9},
                       {"workspace_bytes", dit.workspace_bytes() + loop.bytes()},
                       {"first_step_ms", first_ms},
                       {"capture_ms", capture_ms},
@@ -218,6 +277,15 @@ nlohmann::json bench_one(const BenchArgs& a, const Magi2Config& cfg, const std::
     j["components_eager_ms"] = comp;
     j["eager_profiled_step_ms"] = eager_sum;
   }
+  j.update(bw.info);
+#if defined(MAGI2_HAVE_CUDA)
+  if (be.device() == Device::CUDA) {
+    const CudaMemoryStats m = cuda_memory_stats(be);
+    j["memory"] = {{"peak_allocated_bytes", m.peak_in_use}, {"allocated_bytes", m.in_use},
+                   {"cached_bytes", m.cached}, {"device_used_bytes", m.device_used},
+                   {"device_total_bytes", m.device_total}};
+  }
+#endif
   return j;
 }
 
@@ -243,6 +311,8 @@ int run_bench(const BenchArgs& a) {
     return 0;
   }
   auto be = make_backend_for(a.device, 0);
+  const DitArch arch = cut_arch(cfg.arch, a.layers);
+  const BenchWeights weights = make_bench_weights(a, arch, *be);
   nlohmann::json out = {{"backend", be->name()}, {"config", cfg.source}, {"runs", nlohmann::json::array()}};
   std::string list = a.resolutions;
   for (size_t pos = 0; pos <= list.size();) {
@@ -250,7 +320,7 @@ int run_bench(const BenchArgs& a) {
     const std::string res = list.substr(pos, comma - pos);
     pos = comma + 1;
     if (res.empty()) continue;
-    const nlohmann::json j = bench_one(a, cfg, res, *be);
+    const nlohmann::json j = bench_one(a, arch, cfg, res, *be, weights);
     out["runs"].push_back(j);
     std::printf("bench %s: %lld tokens, %d layers: step %.1f ms median of %d (graph replay; CPU %.3f ms/step), "
                 "%.0f TFLOP/s = %.2f of the %.0f TFLOP/s bf16 GEMM ceiling; first step %.1f ms, capture %.1f ms, "
@@ -260,6 +330,13 @@ int run_bench(const BenchArgs& a) {
                 j["fraction_of_ceiling"].get<double>(), j["gemm_ceiling_tflops"].get<double>(),
                 j["first_step_ms"].get<double>(), j["capture_ms"].get<double>(),
                 j["weights_unique_bytes"].get<double>() / 1e9, j["weights_upload_gb_per_s"].get<double>());
+    if (j.contains("memory"))
+      std::printf("  weights %s (%s): %.2f GB; device memory peak %.2f GB allocated, %.2f of %.2f GB used now\n",
+                  j["weights"].get<std::string>().c_str(), j["expert_banks"].get<std::string>().c_str(),
+                  j["weights_unique_bytes"].get<double>() / 1e9,
+                  j["memory"]["peak_allocated_bytes"].get<double>() / 1e9,
+                  j["memory"]["device_used_bytes"].get<double>() / 1e9,
+                  j["memory"]["device_total_bytes"].get<double>() / 1e9);
     if (j.contains("components_eager_ms"))
       for (auto& [name, c] : j["components_eager_ms"].items())
         std::printf("  %-22s %10.2f ms  %7.1f TFLOP/s\n", name.c_str(), c["ms"].get<double>(),
@@ -299,6 +376,14 @@ Command bench_command() {
                   "--config, cut to --layers)")->envname("MAGI2_BENCH_MODEL");
     s->add_option("--write-random", args->write_random, "--stage load: first write a random-weight DiT folder "
                   "for the config (cut to --layers) here, then load it")->envname("MAGI2_BENCH_WRITE_RANDOM");
+    s->add_option("--weights", args->weights, "routed expert weights: bf16 or fp8-experts (W8A16, 128x128 blocks)")
+        ->check(CLI::IsMember({"bf16", "fp8-experts"}))
+        ->envname("MAGI2_BENCH_WEIGHTS")
+        ->capture_default_str();
+    s->add_flag("--full-model", args->full_model,
+                "every MoE layer its own FP8 expert banks, drawn on the GPU (the whole model resident; needs "
+                "--weights fp8-experts and --device cuda)")
+        ->envname("MAGI2_BENCH_FULL_MODEL");
     return s;
   };
   c.run = [args]() { return run_bench(*args); };

@@ -14,6 +14,7 @@
 #include "engine/params.h"
 #include "pipeline/device_select.h"
 #include "models/magi2_dit/dit.h"
+#include "weights_option.h"
 
 namespace magi2::cli {
 
@@ -22,7 +23,7 @@ namespace {
 struct ForwardArgs {
   std::string config, transformer, inputs, prefix, routing_override, output;
   int threads = 0;
-  std::string device = "cpu";
+  std::string device = "cpu", weights = "auto";
 };
 
 Tensor input(const SafetensorsFile& f, const std::string& name) {
@@ -32,7 +33,8 @@ Tensor input(const SafetensorsFile& f, const std::string& name) {
 
 int run_forward(const ForwardArgs& a) {
   check_output_path(a.output, "-o");
-  LoadedDit dit = load_dit(resolve_model(a.transformer, cache_env()), "", a.config);
+  LoadedDit dit = load_dit(resolve_model(a.transformer, cache_env()), "", a.config,
+                           expert_weights_from_name(a.weights, "--weights"));
   auto f = SafetensorsFile::open(a.inputs);
   DitInputs in;
   const std::string& p = a.prefix;
@@ -93,6 +95,7 @@ Command forward_command() {
     s->add_option("--device", args->device, "cpu (default: the reference), cuda or auto")
         ->envname("MAGI2_DEVICE")
         ->capture_default_str();
+    add_weights_option(s, args->weights);
     return s;
   };
   c.run = [args]() { return run_forward(*args); };

@@ -25,6 +25,7 @@
 #include "pe_options.h"
 #include "pipeline/device_select.h"
 #include "samples.h"
+#include "weights_option.h"
 
 namespace magi2::cli {
 
@@ -48,7 +49,7 @@ struct GenerateArgs {
   std::string text_encoder, negative_prompt;
   bool truncate = false;
   int threads = 0;
-  std::string device = "auto";
+  std::string device = "auto", weights = "auto";
   bool enhance_prompt = false;
   std::string save_prompt;
   bool dry_run = false, quiet = false;
@@ -139,6 +140,7 @@ int run_generate(const GenerateArgs& a) {
   ec.threads = a.threads;
   ec.device = a.device;
   if (!a.max_device_memory.empty()) ec.max_device_memory = parse_byte_size(a.max_device_memory, "--max-device-memory");
+  ec.weights = a.weights;
   if (a.enhance_prompt) {
     ec.prompt_enhancement = pe_endpoint(a.pe);
     ec.prompt_enhancement_request = pe_request(a.pe, "", "");
@@ -341,6 +343,7 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
         ->check(CLI::Range(0, Limits::kMaxThreads))->envname("MAGI2_THREADS");
     s->add_option("--device", a.device, "where the DiT and the denoising loop run: auto (cuda when a GPU is "
                   "present), cuda or cpu")->envname("MAGI2_DEVICE")->capture_default_str();
+    add_weights_option(s, a.weights);
     s->add_flag("--enhance-prompt", a.enhance_prompt,
                 "rewrite the prompt into the structured caption through an OpenAI-compatible endpoint (--pe-*)")
         ->envname("MAGI2_ENHANCE_PROMPT");

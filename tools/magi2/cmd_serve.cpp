@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "engine/memory_plan.h"
 #include "server/server.h"
+#include "weights_option.h"
 
 namespace magi2::cli {
 
@@ -126,6 +127,7 @@ Command serve_command() {
                   "bytes the DiT's device may hold, e.g. 40GiB (default: the GPU's free memory, or the host's RAM "
                   "on the CPU); a request whose memory plan does not fit is refused before any work")
         ->envname("MAGI2_MAX_DEVICE_MEMORY");
+    add_weights_option(s, a.engine.weights);
     s->add_option("--host", a.server.host, "address to listen on")->envname("MAGI2_HOST")->capture_default_str();
     s->add_option("--port", a.server.port, "port to listen on, 0..65535 (0: any free one, printed at start)")
         ->envname("MAGI2_PORT")

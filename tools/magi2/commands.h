@@ -29,6 +29,7 @@ Command encode_text_command();
 Command enhance_prompt_command();
 Command serve_command();
 Command bench_command();
+Command quantize_command();
 
 /// All subcommands, in help order.
 std::vector<Command> all_commands();

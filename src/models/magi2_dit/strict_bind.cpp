@@ -49,7 +49,19 @@ void bind_checkpoint_strict(const Checkpoint& ckpt, const std::string& what,
       wrong.push_back(str_cat(name, " (expected ", shape_str(shape), ", got ", shape_str(e.shape), ")"));
       return;
     }
-    const bool is_float = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16;
+    if (dtype == DType::F8E4M3 || e.dtype == DType::F8E4M3) {
+      // FP8 is never converted to or from at bind time: a quantised tensor is
+      // stored quantised (with its scales), everything else is not.
+      if (e.dtype != dtype) {
+        wrong.push_back(dtype == DType::F8E4M3
+                            ? str_cat(name, " (expected F8_E4M3 like the other quantised tensors, got ",
+                                      dtype_name(e.dtype), ")")
+                            : str_cat(name, " (F8_E4M3 where only ", dtype_name(dtype), " can be bound)"));
+        return;
+      }
+    }
+    const bool is_float = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16 ||
+                          e.dtype == DType::F8E4M3;
     if (!is_float) {
       wrong.push_back(str_cat(name, " (dtype ", dtype_name(e.dtype), " is not a float type)"));
       return;

@@ -23,7 +23,8 @@ std::string canonical_tensor_name(const std::string& raw);
 
 /// Binds `ckpt` to the tensors `walk` visits (it calls its argument once per
 /// expected tensor). Float tensors are cast to the expected dtype at load
-/// (zero-copy when they match). Adds to *num_tensors / *num_bytes. Errors: one
+/// (zero-copy when they match); F8_E4M3 binds only where F8_E4M3 is expected
+/// (FP8 routed experts, docs/fp8.md), never by conversion. Adds to *num_tensors / *num_bytes. Errors: one
 /// Error "checkpoint 'PATH' does not match the `what` config: N missing [...];
 /// N unexpected [...]; N with the wrong shape/dtype [...]; N duplicated [...]".
 void bind_checkpoint_strict(const Checkpoint& ckpt, const std::string& what,

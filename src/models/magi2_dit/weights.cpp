@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "models/magi2_dit/strict_bind.h"
+#include "ops/fp8_blocks.h"
 
 namespace magi2 {
 
@@ -14,7 +15,7 @@ using Visit = TensorVisit;
 
 // Walks every official tensor of the architecture in module order; `w` may be
 // null (specs only). Shapes from spec §2.3-2.7.
-void visit_dit_tensors(const DitArch& a, DitWeights* w, const Visit& f) {
+void visit_dit_tensors(const DitArch& a, DitWeights* w, const Visit& f, bool fp8 = false) {
   const int64_t d = a.hidden_size, vw = a.virtual_width(), hd = a.head_dim, h = a.num_heads_q();
   const int64_t mh = a.moe_num_heads, ne = a.moe_num_experts, dh = a.moe_head_dim();
   const int64_t de = a.moe_expert_intermediate_size, ish = a.moe_shared_expert_intermediate_size;
@@ -64,9 +65,14 @@ void visit_dit_tensors(const DitArch& a, DitWeights* w, const Visit& f) {
       f(ml + "split_linear.weight", {d, d}, B, q(&DitLayerWeights::split_linear));
       f(ml + "merge_linear.weight", {d, d}, B, q(&DitLayerWeights::merge_linear));
       f(ml + "moe_mlp.gate", {mh * ne, dh}, F, q(&DitLayerWeights::router_gate));
-      f(ml + "moe_mlp.W_gate", {mh * ne, dh, de}, B, q(&DitLayerWeights::w_gate));
-      f(ml + "moe_mlp.W_up", {mh * ne, dh, de}, B, q(&DitLayerWeights::w_up));
-      f(ml + "moe_mlp.W_down", {mh * ne, de, dh}, B, q(&DitLayerWeights::w_down));
+      // Routed expert banks, with their block scales when FP8 (docs/fp8.md).
+      auto bank = [&](const char* n, const Shape& s, Tensor DitLayerWeights::*wm, Tensor DitLayerWeights::*sm) {
+        f(ml + n, s, fp8 ? DType::F8E4M3 : B, q(wm));
+        if (fp8) f(fp8_scale_name(ml + n), fp8_scale_shape(s), F, q(sm));
+      };
+      bank("moe_mlp.W_gate", {mh * ne, dh, de}, &DitLayerWeights::w_gate, &DitLayerWeights::w_gate_scale);
+      bank("moe_mlp.W_up", {mh * ne, dh, de}, &DitLayerWeights::w_up, &DitLayerWeights::w_up_scale);
+      bank("moe_mlp.W_down", {mh * ne, de, dh}, &DitLayerWeights::w_down, &DitLayerWeights::w_down_scale);
       f(ml + "moe_mlp.router.expert_bias", {mh * ne}, F, q(&DitLayerWeights::expert_bias));
       f(ml + "moe_mlp.router.expert_bias_ema", {mh * ne}, F, q(&DitLayerWeights::expert_bias_ema));
       f(ml + "shared_expert_fc1.weight", {2 * ish, d}, B, q(&DitLayerWeights::shared_fc1));
@@ -86,15 +92,91 @@ void visit_dit_tensors(const DitArch& a, DitWeights* w, const Visit& f) {
 
 }  // namespace
 
-std::vector<DitTensorSpec> dit_tensor_specs(const DitArch& arch) {
+ExpertWeights expert_weights_from_name(const std::string& s, const std::string& flag) {
+  if (s == "auto") return ExpertWeights::Auto;
+  if (s == "bf16") return ExpertWeights::BF16;
+  if (s == "fp8-experts") return ExpertWeights::FP8;
+  throw Error(str_cat(flag, " must be auto, bf16 or fp8-experts, got '", s, "'"));
+}
+
+const char* expert_weights_name(ExpertWeights w) {
+  switch (w) {
+    case ExpertWeights::Auto: return "auto";
+    case ExpertWeights::BF16: return "bf16";
+    case ExpertWeights::FP8: return "fp8-experts";
+  }
+  return "?";
+}
+
+bool is_routed_expert_weight(const std::string& name) {
+  for (const char* bank : {".mlp.moe_mlp.W_gate", ".mlp.moe_mlp.W_up", ".mlp.moe_mlp.W_down"})
+    if (name.ends_with(bank)) return true;
+  return false;
+}
+
+std::vector<DitTensorSpec> dit_tensor_specs(const DitArch& arch, ExpertWeights experts) {
   std::vector<DitTensorSpec> out;
-  visit_dit_tensors(arch, nullptr, [&](const std::string& n, const Shape& s, DType t, Tensor*) {
-    out.push_back({n, s, t});
-  });
+  visit_dit_tensors(
+      arch, nullptr, [&](const std::string& n, const Shape& s, DType t, Tensor*) { out.push_back({n, s, t}); },
+      experts == ExpertWeights::FP8);
   return out;
 }
 
-DitWeights DitWeights::generate(const DitArch& arch, const std::function<Tensor(const DitTensorSpec&)>& make) {
+namespace {
+
+// The routed expert banks of every MoE layer with their scale slots.
+template <typename F>
+void for_each_bank(DitWeights& w, F&& f) {
+  for (DitLayerWeights& L : w.layers) {
+    if (!L.moe) continue;
+    const std::string pre = str_cat("block.layers.", L.index, ".mlp.moe_mlp.");
+    f(pre + "W_gate", L.w_gate, L.w_gate_scale);
+    f(pre + "W_up", L.w_up, L.w_up_scale);
+    f(pre + "W_down", L.w_down, L.w_down_scale);
+  }
+}
+
+void recount(DitWeights& w) {
+  w.num_tensors = 0;
+  w.num_bytes = 0;
+  w.for_each_tensor([&](const char*, Tensor& t) {
+    if (!t.defined()) return;
+    w.num_tensors += 1;
+    w.num_bytes += t.nbytes();
+  });
+}
+
+}  // namespace
+
+void DitWeights::quantize_experts() {
+  for_each_bank(*this, [](const std::string& name, Tensor& t, Tensor& scale) {
+    if (t.dtype() == DType::F8E4M3) return;
+    MAGI2_CHECK(t.device() == Device::CPU, "quantising ", name, " to FP8: the weights must be on the host");
+    Fp8Blocks b = quantize_fp8_blocks(t, name);
+    t = b.q;
+    scale = b.scale_inv;
+  });
+  recount(*this);
+}
+
+void DitWeights::dequantize_experts() {
+  for_each_bank(*this, [](const std::string& name, Tensor& t, Tensor& scale) {
+    if (t.dtype() != DType::F8E4M3) return;
+    MAGI2_CHECK(t.device() == Device::CPU, "dequantising ", name, ": the weights must be on the host");
+    t = dequantize_fp8_blocks(t, scale, name);
+    scale = Tensor();
+  });
+  recount(*this);
+}
+
+bool DitWeights::fp8_experts() const {
+  for (const DitLayerWeights& L : layers)
+    if (L.moe) return L.fp8_experts();
+  return false;
+}
+
+DitWeights DitWeights::generate(const DitArch& arch, const std::function<Tensor(const DitTensorSpec&)>& make,
+                                ExpertWeights experts) {
   arch.validate("DitWeights::generate");
   DitWeights w;
   w.layers.resize(arch.num_layers);
@@ -109,11 +191,11 @@ DitWeights DitWeights::generate(const DitArch& arch, const std::function<Tensor(
     MAGI2_CHECK(dst->is_contiguous(), "generated DiT tensor ", name, " is not contiguous");
     w.num_tensors += 1;
     w.num_bytes += dst->nbytes();
-  });
+  }, experts == ExpertWeights::FP8);
   return w;
 }
 
-DitWeights DitWeights::bind(const Checkpoint& ckpt, const DitArch& arch) {
+DitWeights DitWeights::bind(const Checkpoint& ckpt, const DitArch& arch, ExpertWeights experts) {
   DitWeights w;
   w.layers.resize(arch.num_layers);
   for (int l = 0; l < arch.num_layers; ++l) {
@@ -123,9 +205,14 @@ DitWeights DitWeights::bind(const Checkpoint& ckpt, const DitArch& arch) {
   }
   if (const char* src = std::getenv("MAGI2_ROUTER_BIAS_SOURCE")) w.router_bias_from_ema = std::string(src) != "main";
 
+  bool stored_fp8 = false;  // FP8 routed experts are recognised by their dtype
+  for (const auto& raw : ckpt.names())
+    if (is_routed_expert_weight(canonical_tensor_name(raw)) && ckpt.entry(raw).dtype == DType::F8E4M3) stored_fp8 = true;
   bind_checkpoint_strict(
-      ckpt, "DiT",
-      [&](const TensorVisit& f) { visit_dit_tensors(arch, &w, f); }, &w.num_tensors, &w.num_bytes);
+      ckpt, "DiT", [&](const TensorVisit& f) { visit_dit_tensors(arch, &w, f, stored_fp8); }, &w.num_tensors,
+      &w.num_bytes);
+  if (experts == ExpertWeights::FP8 && !stored_fp8) w.quantize_experts();
+  if (experts == ExpertWeights::BF16 && stored_fp8) w.dequantize_experts();
   return w;
 }
 

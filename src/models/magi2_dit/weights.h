@@ -12,6 +12,20 @@
 
 namespace magi2 {
 
+/// How the routed expert banks (moe_mlp.W_gate, W_up, W_down) are held
+/// (docs/fp8.md). Everything else is always in its parameter dtype.
+enum class ExpertWeights {
+  Auto,  ///< as the checkpoint stores them (bf16, or F8_E4M3 + `_scale_inv`)
+  BF16,  ///< bf16 (an FP8 checkpoint is dequantised at load: bf16(q * scale_inv))
+  FP8,   ///< e4m3 with 128 x 128 block scales (a bf16 checkpoint is quantised at load)
+};
+
+/// Parses the `--weights` value: "auto", "bf16" or "fp8-experts". Error naming
+/// `flag` and the value otherwise.
+ExpertWeights expert_weights_from_name(const std::string& s, const std::string& flag);
+/// The `--weights` spelling of a format.
+const char* expert_weights_name(ExpertWeights w);
+
 /// One expected tensor: official name, shape and parameter dtype.
 struct DitTensorSpec {
   std::string name;
@@ -46,6 +60,11 @@ struct DitLayerWeights {
   Tensor router_gate;                 ///< moe_mlp.gate [MH*E, DH] f32
   Tensor w_gate, w_up;                ///< [MH*E, DH, DE] bf16
   Tensor w_down;                      ///< [MH*E, DE, DH] bf16
+  /// FP8 experts: w_gate/w_up/w_down are F8E4M3 and these their block scales
+  /// (W_gate_scale_inv ...: [MH*E, ceil(DH/128), ceil(DE/128)] and
+  /// [MH*E, ceil(DE/128), ceil(DH/128)] f32, w = q * scale); undefined for bf16.
+  Tensor w_gate_scale, w_up_scale, w_down_scale;
+  bool fp8_experts() const { return w_gate.defined() && w_gate.dtype() == DType::F8E4M3; }
   Tensor expert_bias;                 ///< router.expert_bias [MH*E] f32 (training bias)
   Tensor expert_bias_ema;             ///< router.expert_bias_ema [MH*E] f32 (used for selection)
   Tensor shared_fc1, shared_fc2;      ///< [2*Ish, D], [D, Ish] bf16
@@ -73,14 +92,30 @@ struct DitWeights {
   /// Names may carry a leading "transformer." and "layers." = "block.layers."
   /// (spec §2.1). Missing, unexpected and wrong-shape tensors are reported
   /// together in one Error naming the checkpoint.
-  static DitWeights bind(const Checkpoint& ckpt, const DitArch& arch);
+  /// FP8 routed experts (an F8_E4M3 W_gate/W_up/W_down with its
+  /// `<name>_scale_inv` f32 block scales) are detected from the dtype; then
+  /// every routed expert bank must be FP8. `experts` converts at load when it
+  /// asks for the other format (quantize_experts / dequantize_experts).
+  static DitWeights bind(const Checkpoint& ckpt, const DitArch& arch, ExpertWeights experts = ExpertWeights::Auto);
 
   /// Weights for `arch` without a checkpoint (tests, `magi2 bench`): every
   /// official tensor is `make(spec)` (which must return a contiguous tensor of
   /// the spec's shape and dtype, on any device; it may return one storage for
   /// several specs, e.g. one expert bank shared by every MoE layer). Error when
   /// `make` returns a tensor of the wrong shape or dtype.
-  static DitWeights generate(const DitArch& arch, const std::function<Tensor(const DitTensorSpec&)>& make);
+  /// With `experts` = FP8 the routed expert specs are F8E4M3 and followed by
+  /// their `_scale_inv` f32 specs (dit_tensor_specs(arch, FP8)).
+  static DitWeights generate(const DitArch& arch, const std::function<Tensor(const DitTensorSpec&)>& make,
+                             ExpertWeights experts = ExpertWeights::BF16);
+
+  /// Quantises every bf16 routed expert bank to FP8 with 128 x 128 block scales
+  /// (quantize_fp8_blocks), in place; CPU tensors only (Error otherwise, or
+  /// naming the bank with a non-finite value). No-op for FP8 banks.
+  void quantize_experts();
+  /// The inverse for FP8 banks: bf16(q * scale_inv), scales dropped. CPU only.
+  void dequantize_experts();
+  /// Whether the routed experts are FP8 (every MoE layer alike).
+  bool fp8_experts() const;
 
   /// A copy whose every defined tensor lives on `be`'s device (contiguous),
   /// uploaded once in one batch (Backend::copy_many: pinned staging, several
@@ -112,7 +147,7 @@ void DitWeights::for_each_tensor(F&& f) {
     Tensor* ts[] = {&L.mhc_norm, &L.phi_attn, &L.phi_mlp, &L.attn_pre_norm, &L.linear_g, &L.linear_qkv,
                     &L.linear_proj, &L.sinks, &L.q_norm, &L.k_norm, &L.mlp_pre_norm, &L.up_gate_proj, &L.down_proj,
                     &L.split_linear, &L.merge_linear, &L.router_gate, &L.w_gate, &L.w_up, &L.w_down,
-                    &L.expert_bias, &L.expert_bias_ema, &L.shared_fc1, &L.shared_fc2, &L.msh_fc1, &L.msh_fc2};
+                    &L.w_gate_scale, &L.w_up_scale, &L.w_down_scale, &L.expert_bias, &L.expert_bias_ema, &L.shared_fc1, &L.shared_fc2, &L.msh_fc1, &L.msh_fc2};
     for (Tensor* t : ts) f("layer", *t);
     for (MhcBranchWeights* m : {&L.mhc_attn, &L.mhc_mlp})
       for (Tensor* t : {&m->alpha_pre, &m->alpha_post, &m->alpha_res, &m->bias_pre, &m->bias_post, &m->bias_res})
@@ -124,6 +159,12 @@ void DitWeights::for_each_tensor(F&& f) {
 /// The full list of official DiT tensor names with shapes and dtypes for an
 /// architecture (spec §2.3-2.7), in module order. Used by the binder, by
 /// `magi2 inspect` and by `magi2 make-tiny`.
-std::vector<DitTensorSpec> dit_tensor_specs(const DitArch& arch);
+/// With `experts` = FP8 the routed expert banks are F8E4M3, each followed by
+/// its `<name>_scale_inv` spec (Auto counts as BF16 here).
+std::vector<DitTensorSpec> dit_tensor_specs(const DitArch& arch, ExpertWeights experts = ExpertWeights::BF16);
+
+/// Whether an official (canonical) tensor name is a routed expert bank
+/// (`...mlp.moe_mlp.W_gate`, `W_up`, `W_down`): the tensors FP8 applies to.
+bool is_routed_expert_weight(const std::string& name);
 
 }  // namespace magi2
