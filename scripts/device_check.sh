@@ -5,7 +5,8 @@
 # the side-by-side timing, into the git-ignored folder build-device/ of the
 # checkout the device tool sends, and prints the exact `run` call. On the
 # device, build-device/device_run.sh runs every CUDA test, the bench at 272p and
-# 540p and the official layers' timing, and writes logs under $OUT.
+# 540p (with MAGI2_FP8_BENCH=1 also the FP8 full-model bench) and the official
+# layers' timing, and writes logs under $OUT.
 # Usage: bash scripts/device_check.sh [BUILD_DIR]   (default: build-dev, configured
 #   here with FFmpeg and libsndfile off: their shared libraries are ~160 MB, past
 #   the 64 MiB the device tool carries; the device image has neither)
@@ -39,6 +40,11 @@ for t in $tests; do
   timeout \${MAGI2_TEST_TIMEOUT:-300} ./run.sh ./\$t > "\$OUT/\$t.log" 2>&1; echo "\$t: exit \$? (\$(grep -E 'PASSED|FAILED' "\$OUT/\$t.log" | tr '\n' ' '))"
 done
 timeout \${MAGI2_BENCH_TIMEOUT:-400} ./run.sh ./magi2 bench \${MAGI2_BENCH_ARGS:-} --json "\$OUT/bench.json" 2>&1 | tee "\$OUT/bench.log"
+# FP8 routed experts, the whole model resident (docs/fp8.md); opt-in: MAGI2_FP8_BENCH=1 (about 2-3 minutes).
+if [ -n "\${MAGI2_FP8_BENCH:-}" ]; then
+  timeout \${MAGI2_FP8_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --weights fp8-experts --full-model --steps 3 \
+    \${MAGI2_FP8_BENCH_ARGS:-} --json "\$OUT/bench_fp8_full.json" 2>&1 | tee "\$OUT/bench_fp8_full.log"
+fi
 for b in $benches; do timeout \${MAGI2_KERNEL_BENCH_TIMEOUT:-120} ./run.sh ./\$b > "\$OUT/\$b.log" 2>&1; echo "\$b: exit \$?"; tail -25 "\$OUT/\$b.log"; done
 # Opt-in (MAGI2_DEVICE_FUSED=1 in the run command): the DiT step test and magi2 bench again with the fused
 # mHC and router kernels switched on (bench_moe above times them without the switches).
