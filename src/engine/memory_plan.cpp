@@ -240,7 +240,13 @@ MemoryPlanner::MemoryPlanner(const EngineOptions& o, const std::string& backend)
   const std::string tdir = o.transformer.empty() ? find_transformer_dir(s.root) : o.transformer;
   const Checkpoint ck = Checkpoint::open(tdir);
   bool mapped = true;
-  for (const DitTensorSpec& t : dit_tensor_specs(s.cfg.arch)) {
+  // FP8 routed experts (docs/fp8.md): stored as F8_E4M3, or quantised at load by --weights fp8-experts.
+  const ExpertWeights want = expert_weights_from_name(o.weights, "--weights");
+  bool stored_fp8 = false;
+  for (const std::string& n : ck.names())
+    if (is_routed_expert_weight(n) && ck.entry(n).dtype == DType::F8E4M3) stored_fp8 = true;
+  const bool fp8 = want == ExpertWeights::FP8 || (want == ExpertWeights::Auto && stored_fp8);
+  for (const DitTensorSpec& t : dit_tensor_specs(s.cfg.arch, fp8 ? ExpertWeights::FP8 : ExpertWeights::BF16)) {
     s.dit.weights += numel_of(t.shape) * dtype_size(t.dtype);
     if (ck.contains(t.name) && ck.entry(t.name).dtype != t.dtype) mapped = false;
   }
