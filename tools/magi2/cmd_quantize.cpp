@@ -37,8 +37,11 @@ Command quantize_command() {
         "quantize", "write a model folder with FP8 routed experts (e4m3, 128x128 block scales) for generate --model");
     s->add_option("model", args->model, "model folder (official layout with preview/), DiT checkpoint folder, or "
                                         "builtin:tiny")
-        ->required();
-    s->add_option("out", args->out, "new model folder (must not exist; written atomically)")->required();
+        ->required()
+        ->envname("MAGI2_QUANTIZE_MODEL");
+    s->add_option("out", args->out, "new model folder (must not exist; written atomically)")
+        ->required()
+        ->envname("MAGI2_QUANTIZE_OUT");
     s->add_option("--config", args->config, "config in the official JSON layout (default: MODEL/config.json or the "
                                             "built-in release config)")
         ->envname("MAGI2_CONFIG");
