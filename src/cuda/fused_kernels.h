@@ -1,6 +1,6 @@
-// The opt-in fast kernels of issue 11 for mHC (spec magi2-dit.md §9) and the
-// router (§8.2), behind MAGI2_MHC_KERNEL and MAGI2_ROUTER_KERNEL (each
-// "reference", the default, or "fused"; docs/cuda.md). Host-only header.
+// The fast kernels of issue 11 for mHC (spec magi2-dit.md §9) and the router
+// (§8.2), selected by MAGI2_MHC_KERNEL and MAGI2_ROUTER_KERNEL (each "fused",
+// the default, or "reference"; docs/cuda.md). Host-only header.
 //
 // - mHC logits: RMSNorm(12288) and the 24 logits of 64 tokens per block on
 //   bf16 tensor cores with a three-term bf16 split of (1 + w) * phi

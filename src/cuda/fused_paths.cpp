@@ -29,7 +29,9 @@ bool fused_selected(const char* env_name) {
   const auto it = seen.find(env_name);
   if (it != seen.end()) return it->second;
   const char* v = std::getenv(env_name);
-  bool fused = false;
+  // Fused by default since the H200 run of 2026-12-02 (golden DiT step and
+  // loop within bounds, 272p step 2,054 -> 1,738 ms: docs/perf.md).
+  bool fused = true;
   if (v != nullptr && *v != '\0') {
     MAGI2_CHECK(std::strcmp(v, "fused") == 0 || std::strcmp(v, "reference") == 0, env_name, "='", v,
                 "': expected 'fused' or 'reference'");
