@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "engine/model_files.h"
 #include "engine/text_conditioning.h"
+#include "io/mmap_file.h"
 #include "io/checkpoint.h"
 #include "io/torch_zip.h"
 #include "models/magi2_dit/weights.h"
@@ -231,7 +232,8 @@ MemoryPlanner::MemoryPlanner(const EngineOptions& o, const std::string& backend)
   s.opt = o;
   s.backend = backend;
   s.root = resolve_model(o.model, o.cache);
-  MAGI2_CHECK(fs::is_directory(s.root), "model folder '", s.root, "' does not exist");
+  const std::string why = folder_problem(s.root);  // /dev/zero "is a character device", not "missing"
+  MAGI2_CHECK(why.empty(), "model folder '", s.root, "' ", why);
   // The engine's order of checks: a missing text encoder folder is named first.
   if (o.encodes_text) s.te_dir = find_text_encoder_dir(s.root, o.text_encoder);
   s.cfg = config_for_model(s.root, o.config);
