@@ -27,13 +27,14 @@ benches=$( [ -d bench ] && (cd bench && ls bench_*.cpp 2>/dev/null | sed 's/\.cp
 bash scripts/cuda_bundle.sh "$build" "$out" magi2 $tests $benches >/dev/null
 mkdir -p "$out/golden"
 cp -r ../shared/golden/dit_tiny "$out/golden/"
+rm -rf "$out/fixtures" && cp -r tests/fixtures "$out/fixtures"
 [ -d ../shared/oracle ] && cp -r ../shared/oracle "$out/oracle"
 cat > "$out/device_run.sh" <<RUN
 #!/usr/bin/env bash
 # Runs on the H200: every CUDA test, the bench, the official layers (if carried).
 here=\$(cd "\$(dirname "\$0")" && pwd)
 cd "\$here"
-export MAGI2_GOLDEN_DIR=\$here/golden OUT=\${OUT:-/tmp/out}
+export MAGI2_GOLDEN_DIR=\$here/golden MAGI2_FIXTURE_DIR=\$here/fixtures OUT=\${OUT:-/tmp/out}
 mkdir -p "\$OUT"
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "\$OUT/gpu.txt"
 for t in $tests; do

@@ -3,7 +3,7 @@
 // and `refine --latents` from saved preview latents. The MP4 must have
 // 8(T-1)+1 frames at 25 fps at the refiner size (T = the preview's latent
 // frames, read from the saved latents), and both routes must give the same
-// clip. Sizes come from the saved latents and the metrics file.
+// clip, and it plays in headless Chromium. Sizes come from the saved latents and the metrics file.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -59,6 +59,19 @@ TEST(RefineCli, GenerateAt1080pAndRefineFromSavedLatents) {
   EXPECT_EQ(v.at("height"), 64);
   EXPECT_EQ(v.at("r_frame_rate"), "25/1");
   EXPECT_EQ(v.at("nb_frames"), std::to_string(8 * (t - 1) + 1));
+
+  // The refined clip plays in a browser (issue 17): headless Chromium decodes a frame at the refiner size
+  // and the audio track.
+  SKIP_WITHOUT_TOOL("chromium");
+  const std::string text = chromium_probe(dir, "a.mp4");
+  ASSERT_NE(text, "pending") << "the page never loaded the video";
+  const json r = json::parse(text);
+  ASSERT_FALSE(r.contains("error")) << text;
+  EXPECT_GE(r.at("readyState").get<int>(), 2) << text;  // HAVE_CURRENT_DATA: a frame was decoded
+  EXPECT_EQ(r.at("width"), v.at("width"));
+  EXPECT_EQ(r.at("height"), v.at("height"));
+  EXPECT_EQ(r.at("audioChannels"), 2) << text;
+  EXPECT_EQ(r.at("audioRate"), 44100) << text;
 }
 
 TEST(RefineCli, BadRequestsFailWithOneLine) {

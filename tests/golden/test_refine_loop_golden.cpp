@@ -1,5 +1,5 @@
 // The refiner stage (pipeline/refine.h) against the official stage on the tiny
-// fixture (shared/golden/refiner_tiny): the zero-SNR table, the trilinear
+// fixture (tests/fixtures/refiner_tiny): the zero-SNR table, the trilinear
 // resample, the re-noise, and the 5-step loop free-running and teacher-forced.
 // Step counts and shapes come from the fixture files.
 #include <gtest/gtest.h>
@@ -26,7 +26,7 @@ struct Fixture {
   std::shared_ptr<SafetensorsFile> io;
   static Fixture& get() {
     static Fixture f = [] {
-      const std::string dir = test::golden_dir() + "/refiner_tiny";
+      const std::string dir = test::fixture_dir() + "/refiner_tiny";
       Fixture x{RefinerConfig::from_file(dir + "/config.json"), Checkpoint::open(dir + "/refiner"), {}, nullptr};
       x.weights = RefinerWeights::bind(x.ckpt, x.config.arch);
       x.io = SafetensorsFile::open(dir + "/refiner_io.safetensors");

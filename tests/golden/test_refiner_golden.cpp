@@ -1,5 +1,5 @@
 // The refiner transformer against the official code's tiny fixture
-// (shared/golden/refiner_tiny, made on the CPU by shared/oracle/make_golden_refiner.py):
+// (tests/fixtures/refiner_tiny, made on the CPU by tools/oracle/make_golden_refiner.py):
 // config, strict binding, packing and attention pairs exactly, the forward and
 // its intermediates at the bf16 floor. Sizes come from the fixture files.
 #include <gtest/gtest.h>
@@ -29,7 +29,7 @@ struct GoldenRefiner {
   std::shared_ptr<SafetensorsFile> io;
   static GoldenRefiner& get() {
     static GoldenRefiner g = [] {
-      const std::string dir = test::golden_dir() + "/refiner_tiny";
+      const std::string dir = test::fixture_dir() + "/refiner_tiny";
       GoldenRefiner x{RefinerConfig::from_file(dir + "/config.json"), Checkpoint::open(dir + "/refiner"), {}, nullptr};
       x.weights = RefinerWeights::bind(x.ckpt, x.config.arch);
       x.io = SafetensorsFile::open(dir + "/refiner_io.safetensors");
@@ -92,7 +92,9 @@ TEST(RefinerGolden, ForwardAndIntermediatesAtTheBf16Floor) {
   };
   for (int l = 0; l < g.config.arch.num_layers; ++l)
     for (const std::string k : {"_attn_out", "_out"}) {
-      const std::string name = "l" + std::to_string(l) + k;
+      std::string name = "l";  // appended, not operator+: g++ 12 warns falsely (-Wrestrict) on "l" + std::string
+      name += std::to_string(l);
+      name += k;
       const double err = test::compare(got.at(name), g.io->tensor("fwd_" + name)).rel_rms;
       std::printf("%-12s rel_rms %.5f (bf16 floor %.5f)\n", name.c_str(), err, floor_of(name));
       EXPECT_LT(err, 2 * floor_of(name) + 1e-4) << name;

@@ -19,6 +19,11 @@ std::string golden_dir() {
   return MAGI2_DEFAULT_GOLDEN_DIR;
 }
 
+std::string fixture_dir() {
+  if (const char* e = std::getenv("MAGI2_FIXTURE_DIR")) return e;
+  return MAGI2_FIXTURE_DIR;
+}
+
 std::string magi2_binary() { return MAGI2_BINARY_PATH; }
 
 namespace {

@@ -14,6 +14,9 @@ namespace magi2::test {
 
 /// ../shared/golden (or $MAGI2_GOLDEN_DIR).
 std::string golden_dir();
+/// tests/fixtures in this checkout: official-code fixtures we made ourselves (the shared
+/// golden folder is read-only and holds only what the project was given); or $MAGI2_FIXTURE_DIR.
+std::string fixture_dir();
 /// Path of the built `magi2` binary.
 std::string magi2_binary();
 /// A fresh empty temporary directory, removed when the test process exits.
