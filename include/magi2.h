@@ -36,6 +36,12 @@ typedef struct {
      host's RAM (CPU). A request whose memory plan exceeds it fails with
      MAGI2_ERR_INVALID before loading, the message saying what would fit. */
   unsigned long long max_device_memory;
+  /* Router bias that selects the experts: "ema" (default, as the official
+     loader) or "main" (diagnostic); the CLI's --router-bias. */
+  const char* router_bias;
+  /* CUDA attention kernel: "auto" (default: cuDNN where it applies) or "fp32"
+     (always the fp32 kernel); the CLI's --cuda-attention. */
+  const char* cuda_attention;
 } magi2_engine_options;
 
 /* One request. Strings may be NULL (= unset); outputs left NULL are not written. */

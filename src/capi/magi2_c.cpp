@@ -77,6 +77,8 @@ magi2_status magi2_engine_create(const magi2_engine_options* o, magi2_engine** o
     eo.threads = o->threads;
     if (o->device) eo.device = o->device;
     eo.max_device_memory = o->max_device_memory;
+    if (o->router_bias) eo.router_bias = o->router_bias;
+    if (o->cuda_attention) eo.cuda.attention = o->cuda_attention;
     MAGI2_CHECK(eo.model.rfind("builtin:", 0) != 0 || !eo.cache.cache_dir.empty(),
                 "magi2_engine_create: model ", eo.model, " needs cache_dir");
     *out = new magi2_engine(eo);

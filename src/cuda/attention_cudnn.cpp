@@ -15,7 +15,7 @@
 // are derived on the device from cu_seqlens (ragged_meta), so a captured step
 // reads nothing on the host. Shapes cuDNN cannot take (or a failed plan
 // build, reported once on stderr) run the fp32 kernel (attention.cu);
-// MAGI2_CUDA_ATTENTION=fp32 forces it.
+// CudaOptions::attention "fp32" (--cuda-attention fp32) forces it.
 #include "cuda/attn_ops.h"
 #include "cuda/cuda_common.h"
 
@@ -160,21 +160,13 @@ Plan* plan_for(const AttentionShape& a, float scale, cudaStream_t s) {
   return st.plans.emplace(key, std::move(plan)).first->second.get();
 }
 
-bool force_fp32() {
-  static const bool f = [] {
-    const char* e = std::getenv("MAGI2_CUDA_ATTENTION");
-    return e && std::strcmp(e, "fp32") == 0;
-  }();
-  return f;
-}
-
 }  // namespace
 
-void attention(const AttentionParams& p, cudaStream_t s) {
+void attention(const AttentionParams& p, cudaStream_t s, bool fp32_only) {
   const AttentionShape a = check_attention(p);
   if (a.t == 0 || a.h == 0 || a.max_len == 0) return;
   // cuDNN's flash forward takes head dims that are multiples of 8 up to 256 (Hopper).
-  Plan* plan = (force_fp32() || a.hd % 8 != 0 || a.hd > 256) ? nullptr : plan_for(a, p.scale, s);
+  Plan* plan = (fp32_only || a.hd % 8 != 0 || a.hd > 256) ? nullptr : plan_for(a, p.scale, s);
   if (!plan) return attention_fp32(p, s);
   ragged_meta(a.cu, a.nseq, a.h * a.hd, a.h, plan->seq, plan->off_x, plan->off_s, s);
   float* stats = p.lse.defined() ? p.lse.data_as<float>() : plan->stats;
@@ -196,7 +188,7 @@ void attention(const AttentionParams& p, cudaStream_t s) {
 #else  // no cuDNN in this build: the fp32 kernel serves every call
 
 namespace magi2::cuda {
-void attention(const AttentionParams& p, cudaStream_t s) { attention_fp32(p, s); }
+void attention(const AttentionParams& p, cudaStream_t s, bool) { attention_fp32(p, s); }
 }  // namespace magi2::cuda
 
 #endif

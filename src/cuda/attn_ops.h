@@ -33,7 +33,8 @@ AttentionShape check_attention(const AttentionParams& p);
 /// AttentionParams: cuDNN SDPA on the tensor cores (attention_cudnn.cpp) where
 /// it applies, else attention_fp32. Builds a cuDNN plan on the first call of a
 /// request shape; throws if that first call happens during stream capture.
-void attention(const AttentionParams& p, cudaStream_t s);
+/// `fp32_only` (CudaOptions::attention "fp32") always takes attention_fp32.
+void attention(const AttentionParams& p, cudaStream_t s, bool fp32_only = false);
 /// AttentionParams (deferred sink too): the fp32 CUDA-core flash kernel
 /// (attention.cu), head dims 64 and 128; the fallback and test oracle.
 void attention_fp32(const AttentionParams& p, cudaStream_t s);

@@ -38,7 +38,9 @@ size_t pitch_of(const Tensor& t, const char* what) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
+  CudaBackend(int device, const CudaOptions& options) : device_(device) {
+    validate(options);
+    attention_fp32_ = options.attention == "fp32";
     int n = 0;
     MAGI2_CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n > 0, "CUDA backend: no CUDA GPU is available");
     MAGI2_CHECK(device >= 0 && device < n, "CUDA backend: GPU ", device, " does not exist (", n, " present)");
@@ -202,7 +204,7 @@ class CudaBackend final : public Backend {
   void copy_cols(const CopyColsParams& p) override { cuda::copy_cols(p, stream_); }
   void rope_table(const RopeTableParams& p) override { cuda::rope_table(p, stream_); }
   void rope(const RopeParams& p) override { cuda::rope(p, stream_); }
-  void attention(const AttentionParams& p) override { cuda::attention(p, stream_); }
+  void attention(const AttentionParams& p) override { cuda::attention(p, stream_, attention_fp32_); }
   void attn_qkv(const AttnQkvParams& p) override { cuda::attn_qkv(p, stream_); }
   void attn_out(const AttnOutParams& p) override { cuda::attn_out(p, stream_); }
 
@@ -213,6 +215,7 @@ class CudaBackend final : public Backend {
   }
 
   int device_;
+  bool attention_fp32_ = false;  ///< CudaOptions::attention == "fp32"
   bool profiling_ = false;
   std::vector<std::pair<std::string, cudaEvent_t>> marks_;
   cudaStream_t stream_ = nullptr;
@@ -275,7 +278,9 @@ CudaBackend& as_cuda(Backend& b) {
 }  // namespace
 }  // namespace cuda
 
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<cuda::CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(int device, const CudaOptions& options) {
+  return std::make_unique<cuda::CudaBackend>(device, options);
+}
 
 int cuda_device_count() {
   int n = 0;

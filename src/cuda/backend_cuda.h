@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "ops/backend_options.h"
 #include "ops/ops.h"
 
 namespace magi2 {
@@ -17,8 +18,9 @@ namespace magi2 {
 /// (Device::CUDA) and are never dereferenced on the host; their memory returns
 /// to the backend's cache when the last view is dropped. Ops that are not
 /// implemented yet throw Error("CUDA backend: <op> is not implemented yet").
-/// Errors: Error when the device cannot be opened or no GPU is present.
-std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+/// `options` picks kernels (CudaOptions). Errors: Error when the device cannot
+/// be opened or no GPU is present, or an unknown option value.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0, const CudaOptions& options = {});
 
 /// Number of usable CUDA GPUs; 0 when there is no driver or no GPU (never throws).
 int cuda_device_count();

@@ -138,6 +138,7 @@ struct Engine::State {
       model.ckpt = Checkpoint::open(model.transformer_dir);
       model.weights = bind_dit(model.ckpt, model.config, expert_weights_from_name(config.weights, "--weights"));
     }
+    model.weights.router_bias_from_ema = router_bias_from_ema(config.router_bias, "--router-bias");
     // On a GPU the weights are uploaded once; the mmap'd host views stay only
     // for the CPU backend.
     std::function<void(size_t, size_t)> progress;
@@ -210,7 +211,7 @@ Engine::Engine(const EngineOptions& config, LoadProgress on_load) : s_(std::make
   // Binds: a bad checkpoint fails here.
   s_->model = load_dit(root, config.transformer, config.config, expert_weights_from_name(config.weights, "--weights"));
   s_->be = make_cpu_backend(config.threads);
-  s_->dit_be = make_backend_for(config.device, config.threads);
+  s_->dit_be = make_backend_for(config.device, config.threads, config.cuda);
   EngineOptions at_root = config;
   at_root.model = root;
   const std::string backend = s_->dit_be->device() == Device::CPU ? "cpu" : "cuda";

@@ -22,6 +22,8 @@ void validate(const EngineOptions& c) {
   MAGI2_CHECK(c.device == "auto" || c.device == "cpu" || c.device == "cuda",
               "--device must be auto, cpu or cuda, got '", c.device, "'");
   (void)expert_weights_from_name(c.weights, "--weights");
+  (void)router_bias_from_ema(c.router_bias, "--router-bias");
+  validate(c.cuda);
 }
 
 namespace {

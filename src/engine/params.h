@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "engine/tiny_model.h"
 #include "media/outputs.h"
+#include "ops/backend_options.h"
 #include "prompt_enhance/enhancer.h"
 
 namespace magi2 {
@@ -42,6 +43,12 @@ struct EngineOptions {
   /// "fp8-experts" (e4m3 with 128 x 128 block scales; a bf16 checkpoint is
   /// quantised at load). docs/fp8.md.
   std::string weights = "auto";
+  /// Which router bias selects the experts [--router-bias, env
+  /// MAGI2_ROUTER_BIAS_SOURCE]: "ema" (router.expert_bias_ema, as the official
+  /// loader) or "main" (router.expert_bias; a diagnostic). DitWeights::router_bias_from_ema.
+  std::string router_bias = "ema";
+  /// Kernel choices of the CUDA backend (--cuda-attention); ignored on the CPU.
+  CudaOptions cuda;
   /// Prompt enhancement for requests with GenerateParams::enhance_prompt: the
   /// OpenAI-compatible endpoint (empty base_url: none, such requests are refused)
   /// and the request settings (model, template, max_tokens; prompt and image
@@ -120,7 +127,8 @@ struct GenerateParams {
 };
 
 /// Checks a config before anything is loaded. Errors (one line naming the
-/// option): threads outside [0, Limits::kMaxThreads], an unknown device.
+/// option): threads outside [0, Limits::kMaxThreads], an unknown device,
+/// weights, router bias or CUDA kernel choice.
 void validate(const EngineOptions& c);
 
 /// Checks a request before any model work: resolution, width/height pairing,

@@ -63,5 +63,19 @@ inline void check_keys(const json& obj, std::initializer_list<const char*> known
   }
 }
 
+/// Reads the backbone fields that the preview DiT's arch_config and the
+/// refiner's magi2_refiner_arch_config share (hidden_size, head_dim,
+/// num_query_groups, video/audio/text_in_channels, params_dtype) into the
+/// same-named members of `r` (DitArch, RefinerArch), each when present.
+template <typename Arch>
+void get_backbone_fields(const json& a, Arch* r, const std::string& where, const std::string& src) {
+  get(a, "hidden_size", &r->hidden_size, where, src);
+  get(a, "head_dim", &r->head_dim, where, src);
+  get(a, "num_query_groups", &r->num_query_groups, where, src);
+  get(a, "video_in_channels", &r->video_in_channels, where, src);
+  get(a, "audio_in_channels", &r->audio_in_channels, where, src);
+  get(a, "text_in_channels", &r->text_in_channels, where, src);
+  get(a, "params_dtype", &r->params_dtype, where, src);
+}
 
 }  // namespace magi2::config_json

@@ -92,26 +92,26 @@ MAGI2_HD void flow_unipc_element(const UniPcStepCoef& c, float v, float& x, floa
   }
 }
 
-/// The fp32 value of a bit pattern (memcpy on the host, the intrinsic on the device).
-MAGI2_HD float numerics_bits_f32(uint32_t u) {
+// fp32 <-> its bit pattern: the intrinsics on the device, a memcpy on the host.
 #if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-#endif
-}
+/// The fp32 value of a bit pattern.
+MAGI2_HD float numerics_bits_f32(uint32_t u) { return __uint_as_float(u); }
 /// The bit pattern of an fp32 value.
-MAGI2_HD uint32_t numerics_f32_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
+MAGI2_HD uint32_t numerics_f32_bits(float f) { return __float_as_uint(f); }
 #else
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  return u;
-#endif
+/// The value of type To with the bytes of `v` (sizeof(To) == sizeof(From)).
+template <typename To, typename From>
+MAGI2_HD To numerics_host_bit_cast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+  To out;
+  __builtin_memcpy(&out, &v, sizeof(To));
+  return out;
 }
+/// The fp32 value of a bit pattern.
+MAGI2_HD float numerics_bits_f32(uint32_t u) { return numerics_host_bit_cast<float>(u); }
+/// The bit pattern of an fp32 value.
+MAGI2_HD uint32_t numerics_f32_bits(float f) { return numerics_host_bit_cast<uint32_t>(f); }
+#endif
 
 /// OCP float8 e4m3fn bits -> fp32, exact: 1 sign, 4 exponent (bias 7), 3
 /// mantissa bits; exponent 0 = subnormals m * 2^-9; S.1111.111 is NaN (the

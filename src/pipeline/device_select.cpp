@@ -28,10 +28,11 @@ std::string backend_name_for(const std::string& device, bool planning_only) {
   return "cuda";
 }
 
-std::unique_ptr<Backend> make_backend_for(const std::string& device, int threads) {
+std::unique_ptr<Backend> make_backend_for(const std::string& device, int threads, const CudaOptions& cuda) {
+  validate(cuda);
   if (backend_name_for(device) == "cpu") return make_cpu_backend(threads);
 #if defined(MAGI2_HAVE_CUDA)
-  return make_cuda_backend(0);
+  return make_cuda_backend(0, cuda);
 #else
   throw Error("unreachable: backend_name_for refuses cuda in this build");
 #endif

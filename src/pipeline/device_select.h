@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "ops/backend_options.h"
 #include "ops/ops.h"
 
 namespace magi2 {
@@ -18,9 +19,10 @@ bool cuda_available();
 std::string backend_name_for(const std::string& device, bool planning_only = false);
 
 /// The backend named by `device`: "cpu" (the reference backend with `threads`
-/// OpenMP threads, 0 = all), "cuda" (GPU 0) or "auto" (cuda when
-/// cuda_available(), else cpu). Errors: an unknown name, or "cuda" in a build
-/// without CUDA or on a machine without a GPU (one line saying which).
-std::unique_ptr<Backend> make_backend_for(const std::string& device, int threads);
+/// OpenMP threads, 0 = all), "cuda" (GPU 0, with `cuda`'s kernel choices) or
+/// "auto" (cuda when cuda_available(), else cpu). Errors: an unknown name, an
+/// unknown CudaOptions value, or "cuda" in a build without CUDA or on a
+/// machine without a GPU (one line saying which).
+std::unique_ptr<Backend> make_backend_for(const std::string& device, int threads, const CudaOptions& cuda = {});
 
 }  // namespace magi2

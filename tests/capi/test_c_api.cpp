@@ -42,6 +42,11 @@ TEST(CApi, GeneratesTheCliClipAndCancels) {
   ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_ERR_INVALID);  // builtin:tiny without cache_dir
   EXPECT_NE(std::string(magi2_last_error()).find("cache_dir"), std::string::npos);
   o.cache_dir = cache.c_str();
+  o.router_bias = "mean";  // the CLI's --router-bias, checked before anything loads
+  ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_ERR_INVALID);
+  EXPECT_NE(std::string(magi2_last_error()).find("--router-bias"), std::string::npos);
+  o.router_bias = "ema";
+  o.cuda_attention = "fp32";  // ignored on the CPU backend, valid everywhere
   ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_OK) << magi2_last_error();
 
   magi2_generate_params p;

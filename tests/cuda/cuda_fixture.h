@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -67,6 +69,18 @@ class CudaParityTest : public ::testing::Test {
     return up(h);
   }
 
+  /// Outputs of one moe_route on each backend: idx [mh, t, k] i32, weight
+  /// [mh, t, k] f32 and margin [mh, t] f32 on the CPU (ic, wc, mc), then the
+  /// same poisoned on the device (ig, wg, mg).
+  struct RouteOutputs {
+    Tensor ic, wc, mc, ig, wg, mg;
+  };
+  RouteOutputs route_outputs(int mh, int64_t t, int k) {
+    return {Tensor::empty({mh, t, k}, DType::I32), Tensor::empty({mh, t, k}, DType::F32),
+            Tensor::empty({mh, t}, DType::F32),    poisoned({mh, t, k}, DType::I32),
+            poisoned({mh, t, k}, DType::F32),      poisoned({mh, t}, DType::F32)};
+  }
+
   /// Captures `step` (ops on gpu_) into a CUDA graph, zeroes `out`, replays the
   /// graph once and returns `out` on the host (compare with the eager result).
   Tensor replay_as_graph(const std::function<void()>& step, const Tensor& out) {
@@ -109,6 +123,49 @@ inline Tensor random_routes(int mh, int64_t t, int ne, int k, uint32_t seed) {
     std::copy(p.begin(), p.begin() + k, forced.data_as<int32_t>() + i * k);
   }
   return forced;
+}
+
+/// One router test shape: t tokens, mh heads of dh dims, ne experts per head, top-k.
+struct RouteCase {
+  int64_t t, dh;
+  int mh, ne, k;
+};
+
+/// Prints the case as "[T=.. heads=.. experts=.. d_head=.. top-k]".
+inline void print_route_case(const RouteCase& rc) {
+  std::printf("[T=%lld heads=%d experts=%d d_head=%lld top-%d]\n", static_cast<long long>(rc.t), rc.mh, rc.ne,
+              static_cast<long long>(rc.dh), rc.k);
+}
+
+/// Plants the router's hard cases into CPU tensors gate [mh*ne, dh] f32 and
+/// bias [mh*ne] f32: head 0 gets zero gate rows (every logit exactly 0, so its
+/// scores tie) and bias values with exact ties; head 1 two NaN biases
+/// (experts 2 and 5; needs ne > 5).
+inline void plant_route_ties(Tensor& gate, Tensor& bias, int ne, int64_t dh) {
+  for (int e = 0; e < ne; ++e) {
+    bias.data_as<float>()[e] = 0.1f * static_cast<float>((e * 7) % 5);
+    for (int64_t i = 0; i < dh; ++i) gate.data_as<float>()[e * dh + i] = 0.f;
+  }
+  bias.data_as<float>()[ne + 5] = NAN, bias.data_as<float>()[ne + 2] = NAN;
+}
+
+/// Coordinates of a latent video (f frames x hh rows x ww cols, reference
+/// size `ref`) as rope_table's [T + 3, 9] f32 rows, plus 3 tokens of other
+/// sizes (a text-like one, a long audio-like one, odd ratios).
+inline Tensor video_coords(int64_t f, int64_t hh, int64_t ww, const std::array<float, 3>& ref) {
+  const int64_t t = f * hh * ww;
+  Tensor c = Tensor::empty({t + 3, 9}, DType::F32);
+  float* p = c.data_as<float>();
+  for (int64_t n = 0; n < t; ++n) {
+    const float row[9] = {static_cast<float>(n / (hh * ww)), static_cast<float>((n / ww) % hh),
+                          static_cast<float>(n % ww), static_cast<float>(f), static_cast<float>(hh),
+                          static_cast<float>(ww), ref[0], ref[1], ref[2]};
+    std::memcpy(p + n * 9, row, sizeof row);
+  }
+  const float extra[3][9] = {{3, 0, 0, 1, 1, 1, 1, 1, 1}, {250.5f, 0, 0, 300, 1, 1, 300, 1, 1},
+                             {7, 2, 5, 9, 4, 11, 17, 33, 57}};
+  std::memcpy(p + t * 9, extra, sizeof extra);
+  return c;
 }
 
 /// Prints and returns the number of elements whose bytes differ.

@@ -307,23 +307,6 @@ OpEntry moe_experts_entry(int64_t t, int64_t dh, int64_t de, int mh, int ne, int
           }};
 }
 
-/// rope_table coordinates of an f x hh x ww latent video of reference size ref, plus 3 odd tokens.
-Tensor video_coords(int64_t f, int64_t hh, int64_t ww, const std::array<float, 3>& ref) {
-  const int64_t t = f * hh * ww;
-  Tensor c = Tensor::empty({t + 3, 9}, kF32);
-  float* p = c.data_as<float>();
-  for (int64_t n = 0; n < t; ++n) {
-    const float row[9] = {static_cast<float>(n / (hh * ww)), static_cast<float>((n / ww) % hh),
-                          static_cast<float>(n % ww), static_cast<float>(f), static_cast<float>(hh),
-                          static_cast<float>(ww), ref[0], ref[1], ref[2]};
-    std::memcpy(p + n * 9, row, sizeof row);
-  }
-  const float extra[3][9] = {{3, 0, 0, 1, 1, 1, 1, 1, 1}, {250.5f, 0, 0, 300, 1, 1, 300, 1, 1},
-                             {7, 2, 5, 9, 4, 11, 17, 33, 57}};
-  std::memcpy(p + t * 9, extra, sizeof extra);
-  return c;
-}
-
 /// The sampler ops (spec pipeline §4-5) on latents of n f32 elements; every one bit-exact.
 std::vector<OpEntry> sampler_entries(int64_t n, const std::string& what) {
   std::vector<OpEntry> e;

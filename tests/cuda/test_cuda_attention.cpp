@@ -32,6 +32,7 @@ namespace magi2 {
 namespace {
 
 using test::count_diff;
+using test::video_coords;
 
 class CudaAttentionTest : public test::CudaParityTest {
  protected:
@@ -95,24 +96,6 @@ TEST_F(CudaAttentionTest, GatherRowsAndCopyColsMatchCpu) {
   cpu_->copy_cols({.src = blk, .dst = wide, .col_begin = 256});
   gpu_->copy_cols({.src = up(blk), .dst = d_wide, .col_begin = 256});
   EXPECT_EQ(count_diff(down(d_wide), wide, "copy_cols"), 0);
-}
-
-/// Coordinates of a latent video (frames x rows x cols, reference size `ref`)
-/// as rope_table's [T, 9] rows, plus a few tokens of other sizes.
-Tensor video_coords(int64_t f, int64_t hh, int64_t ww, std::array<float, 3> ref) {
-  const int64_t t = f * hh * ww;
-  Tensor c = Tensor::empty({t + 3, 9}, DType::F32);
-  float* p = c.data_as<float>();
-  for (int64_t n = 0; n < t; ++n) {
-    const float row[9] = {static_cast<float>(n / (hh * ww)), static_cast<float>((n / ww) % hh),
-                          static_cast<float>(n % ww), static_cast<float>(f), static_cast<float>(hh),
-                          static_cast<float>(ww), ref[0], ref[1], ref[2]};
-    std::memcpy(p + n * 9, row, sizeof row);
-  }
-  const float extra[3][9] = {{3, 0, 0, 1, 1, 1, 1, 1, 1}, {250.5f, 0, 0, 300, 1, 1, 300, 1, 1},
-                             {7, 2, 5, 9, 4, 11, 17, 33, 57}};
-  std::memcpy(p + t * 9, extra, sizeof extra);
-  return c;
 }
 
 TEST_F(CudaAttentionTest, RopeTableWithinOneUlpOfCpu) {

@@ -34,6 +34,9 @@ namespace magi2 {
 namespace {
 
 using test::count_diff;
+using test::plant_route_ties;
+using test::print_route_case;
+using test::RouteCase;
 
 class CudaFusedTest : public test::CudaParityTest {
  protected:
@@ -124,34 +127,21 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
 
 // ---- router ---------------------------------------------------------------------
 
-struct RouteCase {
-  int64_t t, dh;
-  int mh, ne, k;
-};
-
 TEST_F(CudaFusedTest, RouterSelectsAsTheReferenceWhereTheMarginIsClear) {
   for (const RouteCase rc : {RouteCase{1000, 256, 12, 256, 6}, RouteCase{77, 64, 4, 64, 4}}) {
     const int64_t t = rc.t, dh = rc.dh;
     const int mh = rc.mh, ne = rc.ne, k = rc.k;
-    std::printf("[T=%lld heads=%d experts=%d d_head=%lld top-%d]\n", static_cast<long long>(t), mh, ne,
-                static_cast<long long>(dh), k);
+    print_route_case(rc);
     Tensor r = random({t, mh * dh}, DType::BF16, 1.2f);
     Tensor gate = random({mh * ne, dh}, DType::F32, 1.f / std::sqrt(static_cast<float>(dh)));
     Tensor bias = random({mh * ne}, DType::F32, 0.3f);
     // Head 0: zero gate rows (every logit exactly 0) and tied biases; head 1: two NaN biases.
-    for (int e = 0; e < ne; ++e) {
-      bias.data_as<float>()[e] = 0.1f * static_cast<float>((e * 7) % 5);
-      for (int64_t i = 0; i < dh; ++i) gate.data_as<float>()[e * dh + i] = 0.f;
-    }
-    bias.data_as<float>()[ne + 5] = NAN, bias.data_as<float>()[ne + 2] = NAN;
+    plant_route_ties(gate, bias, ne, dh);
     const Tensor forced = test::random_routes(mh, t, ne, k, 7);  // distinct experts, not in score order
     const Tensor r_g = up(r), gate_g = up(gate), bias_g = up(bias), forced_g = up(forced);
     for (int mode = 0; mode < 3; ++mode) {  // normalised, not normalised, forced
       const bool normalize = mode != 1, force = mode == 2;
-      Tensor ic = Tensor::empty({mh, t, k}, DType::I32), wc = Tensor::empty({mh, t, k}, DType::F32);
-      Tensor mc = Tensor::empty({mh, t}, DType::F32);
-      Tensor ig = poisoned({mh, t, k}, DType::I32), wg = poisoned({mh, t, k}, DType::F32);
-      Tensor mg = poisoned({mh, t}, DType::F32);
+      const auto [ic, wc, mc, ig, wg, mg] = route_outputs(mh, t, k);
       cpu_->moe_route({.r = r, .gate = gate, .bias = bias, .idx = ic, .weight = wc,
                        .forced_idx = force ? forced : Tensor(), .margin = mc, .num_heads = mh, .num_experts = ne,
                        .top_k = k, .route_scale = 4.9f, .normalize = normalize});

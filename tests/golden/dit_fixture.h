@@ -50,6 +50,23 @@ struct GoldenDit {
     for (int l : config.arch.moe_layers) f[l] = io->tensor(prefix + "l" + std::to_string(l) + "_moe_topk_idx").to(DType::I32);
     return f;
   }
+
+  /// Run options for natural routing at MoE layer `l` on the `prefix` inputs:
+  /// the MoE layers before l forced to the golden selection (so l sees the
+  /// official inputs up to bf16 noise), l and later routed naturally; each
+  /// forward stores a copy of l's selection dump (l{l}_moe_topk_idx, I32
+  /// [heads, tokens, k]) in *sel.
+  DitRunOptions natural_routing_at(const std::string& prefix, int l, Tensor* sel) const {
+    DitRunOptions opt;
+    opt.forced_topk = forced_topk(prefix);
+    for (int m : config.arch.moe_layers)
+      if (m >= l) opt.forced_topk[m] = Tensor();
+    const std::string name = str_cat("l", l, "_moe_topk_idx");
+    opt.dump = [sel, name](const std::string& n, const Tensor& t) {
+      if (n == name) *sel = t.clone();
+    };
+    return opt;
+  }
 };
 
 }  // namespace magi2::test

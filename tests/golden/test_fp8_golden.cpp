@@ -9,8 +9,7 @@
 #include <cstdio>
 #include <set>
 
-#include "golden/dit_fixture.h"
-#include "pipeline/generate.h"
+#include "golden/loop_fixture.h"
 
 namespace magi2::test {
 namespace {
@@ -35,17 +34,7 @@ LoopDistance run_loop(const DitWeights& w) {
   auto sampler = SafetensorsFile::open(golden_dir() + "/dit_tiny/sampler.safetensors");
   auto be = make_cpu_backend();
   Dit dit(g.config.arch, w, *be);
-  GenerateRequest req;
-  req.latent = latent_shape_for_clip(0.4, 96, 64);
-  req.text_cond = g.io->tensor("raw_txt_feat");
-  req.text_uncond = g.io->tensor("raw_null_txt_feat");
-  req.num_steps = static_cast<int>(sampler->tensor("loop_latent_after_step").size(0));
-  req.shift = g.config.eval.shift;
-  req.init_latent = sampler->tensor("loop_init_latent");
-  req.init_audio_latent = sampler->tensor("loop_init_audio_latent");
-  req.routing_override.resize(g.config.arch.num_layers);
-  for (int l : g.config.arch.moe_layers)
-    req.routing_override[l] = sampler->tensor("loop_l" + std::to_string(l) + "_moe_topk_idx");
+  GenerateRequest req = golden_loop_request(g, *sampler);
   Tensor gv = sampler->tensor("loop_latent_after_step"), ga = sampler->tensor("loop_audio_latent_after_step");
   LoopDistance d;
   req.on_step = [&](GenerateStep& st) {
@@ -87,15 +76,8 @@ TEST(Fp8Golden, NaturalRoutingAgreement) {
   Dit d16(a, g.weights, *be), d8(a, fp8_weights(), *be);
   for (const std::string px : {"t2v_", "i2v_"})
     for (int l : a.moe_layers) {
-      DitRunOptions opt;
-      std::vector<Tensor> forced = g.forced_topk(px);
-      for (int m : a.moe_layers)
-        if (m >= l) forced[m] = Tensor();
-      opt.forced_topk = forced;
       Tensor sel;
-      opt.dump = [&](const std::string& name, const Tensor& t) {
-        if (name == str_cat("l", l, "_moe_topk_idx")) sel = t.clone();
-      };
+      const DitRunOptions opt = g.natural_routing_at(px, l, &sel);
       d16.forward(g.inputs(px), opt);
       const Tensor s16 = sel;
       d8.forward(g.inputs(px), opt);

@@ -1,12 +1,11 @@
 // The whole denoising loop (pack -> DiT -> CFG -> FlowUniPC) against the
-// official Magi2PreviewSampler.sample on the tiny golden model: 6 steps,
+// official Magi2PreviewSampler.sample on the tiny golden model: the fixture's steps,
 // expert selection forced per step (shared/golden README "sampler.safetensors").
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
-#include "golden/dit_fixture.h"
-#include "pipeline/generate.h"
+#include "golden/loop_fixture.h"
 
 namespace magi2::test {
 namespace {
@@ -17,17 +16,7 @@ TEST(GenerateGolden, SixStepLoopMatchesOfficialSampler) {
   auto be = make_cpu_backend();
   Dit dit(g.config.arch, g.weights, *be);
 
-  GenerateRequest req;
-  req.latent = latent_shape_for_clip(0.4, 96, 64);  // 2 x 4 x 6 latent, 10 audio frames
-  req.text_cond = g.io->tensor("raw_txt_feat");
-  req.text_uncond = g.io->tensor("raw_null_txt_feat");
-  req.num_steps = 6;
-  req.shift = g.config.eval.shift;
-  req.init_latent = sampler->tensor("loop_init_latent");
-  req.init_audio_latent = sampler->tensor("loop_init_audio_latent");
-  req.routing_override.resize(g.config.arch.num_layers);
-  for (int l : g.config.arch.moe_layers)
-    req.routing_override[l] = sampler->tensor("loop_l" + std::to_string(l) + "_moe_topk_idx");
+  GenerateRequest req = golden_loop_request(g, *sampler);
   // Teacher forcing of the latents: after each step compare with the official
   // latent, then continue from the official one, so every step is checked
   // from the official state (free-running, the random tiny model amplifies
@@ -58,7 +47,7 @@ TEST(GenerateGolden, SixStepLoopMatchesOfficialSampler) {
               dv.max_abs, da.rel_rms, da.max_abs);
   EXPECT_LE(dv.rel_rms, 0.03);
   EXPECT_LE(da.rel_rms, 0.03);
-  EXPECT_EQ(r.step_ms.size(), 6u);
+  EXPECT_EQ(r.step_ms.size(), static_cast<size_t>(req.num_steps));
 }
 
 TEST(GenerateGolden, ClipShapes) {

@@ -35,6 +35,13 @@ using Rng = std::mt19937;
 
 // ---- shared test helpers (duplicated in the other test_ops_cpu_*.cpp) ------
 
+// The group of `g` that row r falls in, or -1 beyond the last.
+inline int group_of_row(const Groups& g, int64_t r) {
+  for (int m = 0; m < g.count; ++m)
+    if (r >= g.cu[m] && r < g.cu[m + 1]) return m;
+  return -1;
+}
+
 double bf16_ref(double x) {
   if (!std::isfinite(x) || x == 0) return x;
   const int e = std::max(std::ilogb(x), -126);

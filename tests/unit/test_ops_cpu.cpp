@@ -31,12 +31,6 @@
 namespace magi2 {
 namespace {
 
-int group_of_row(const Groups& g, int64_t r) {
-  for (int m = 0; m < g.count; ++m)
-    if (r >= g.cu[m] && r < g.cu[m + 1]) return m;
-  return -1;
-}
-
 // ---- RMSNorm (§4.1) --------------------------------------------------------
 
 TEST(OpsCpu, RmsNormHeadsGroupsStrided) {

@@ -33,12 +33,6 @@
 namespace magi2 {
 namespace {
 
-int group_of_row(const Groups& g, int64_t r) {
-  for (int m = 0; m < g.count; ++m)
-    if (r >= g.cu[m] && r < g.cu[m + 1]) return m;
-  return -1;
-}
-
 double swiglu7_ref(double gv, double lv) {
   const double gp = std::isnan(gv) ? gv : std::min(gv, 7.0);
   const double lp = std::isnan(lv) ? lv : std::min(std::max(lv, -7.0), 7.0);

@@ -13,6 +13,7 @@
 
 #include "bench_load.h"
 #include "commands.h"
+#include "weights_option.h"
 #include "core/error.h"
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
@@ -32,7 +33,7 @@ namespace magi2::cli {
 namespace {
 
 struct BenchArgs {
-  std::string config, device = "auto", json, resolutions = "272p,540p", weights = "bf16";
+  std::string config, device = "auto", json, resolutions = "272p,540p", weights = "bf16", cuda_attention = "auto";
   std::string stage = "step", model, write_random;
   int layers = 0, steps = 5, warmup = 1;
   int64_t text_cond = 300, text_uncond = 400;  // the token counts of shared/perf-anchor.md
@@ -301,7 +302,7 @@ int run_bench(const BenchArgs& a) {
                 "--stage load needs --model DIR (a DiT checkpoint) or --write-random DIR");
     const DitArch arch = cut_arch(cfg.arch, a.layers);
     if (!a.write_random.empty()) write_random_dit(a.write_random, arch);
-    auto be = make_backend_for(a.device, 0);
+    auto be = make_backend_for(a.device, 0, {.attention = a.cuda_attention});
     const nlohmann::json j = bench_load(a.model.empty() ? a.write_random : a.model, arch, *be, a.steps);
     std::printf("bench load: %.2f GB in %zu tensors from %zu shards (%d layers) -> %s: %.2f GB/s median of %d (%s)\n",
                 j["bytes"].get<double>() / 1e9, j["tensors"].get<size_t>(), j["shards"].get<size_t>(),
@@ -310,7 +311,7 @@ int run_bench(const BenchArgs& a) {
     if (!a.json.empty()) write_file_atomic(a.json, j.dump(2) + "\n");
     return 0;
   }
-  auto be = make_backend_for(a.device, 0);
+  auto be = make_backend_for(a.device, 0, {.attention = a.cuda_attention});
   const DitArch arch = cut_arch(cfg.arch, a.layers);
   const BenchWeights weights = make_bench_weights(a, arch, *be);
   nlohmann::json out = {{"backend", be->name()}, {"config", cfg.source}, {"runs", nlohmann::json::array()}};
@@ -350,44 +351,41 @@ int run_bench(const BenchArgs& a) {
 }  // namespace
 
 Command bench_command() {
-  auto args = std::make_shared<BenchArgs>();
-  Command c;
-  c.add_fn = [args](CLI::App& app) {
+  return make_command<BenchArgs>([](CLI::App& app, BenchArgs& a) {
     CLI::App* s = app.add_subcommand("bench", "time the denoising step at the real widths (random weights)");
-    s->add_option("--config", args->config, "config in the official JSON layout (default: built-in release)")
+    s->add_option("--config", a.config, "config in the official JSON layout (default: built-in release)")
         ->envname("MAGI2_BENCH_CONFIG");
-    s->add_option("--device", args->device, "auto, cuda or cpu")->envname("MAGI2_BENCH_DEVICE")->capture_default_str();
-    s->add_option("--resolutions", args->resolutions, "comma-separated: 272p, 540p")
+    s->add_option("--device", a.device, "auto, cuda or cpu")->envname("MAGI2_BENCH_DEVICE")->capture_default_str();
+    add_cuda_attention_option(s, a.cuda_attention);
+    s->add_option("--resolutions", a.resolutions, "comma-separated: 272p, 540p")
         ->envname("MAGI2_BENCH_RESOLUTIONS")
         ->capture_default_str();
-    s->add_option("--layers", args->layers, "first N layers of the config (0: all), layer kinds kept")
+    s->add_option("--layers", a.layers, "first N layers of the config (0: all), layer kinds kept")
         ->envname("MAGI2_BENCH_LAYERS");
-    s->add_option("--steps", args->steps, "timed graph replays (median reported)")
+    s->add_option("--steps", a.steps, "timed graph replays (median reported)")
         ->envname("MAGI2_BENCH_STEPS")
         ->capture_default_str();
-    s->add_option("--warmup", args->warmup, "untimed replays first")->envname("MAGI2_BENCH_WARMUP")->capture_default_str();
-    s->add_flag("!--no-profile", args->profile, "skip the instrumented per-component pass")
+    s->add_option("--warmup", a.warmup, "untimed replays first")->envname("MAGI2_BENCH_WARMUP")->capture_default_str();
+    s->add_flag("!--no-profile", a.profile, "skip the instrumented per-component pass")
         ->envname("MAGI2_BENCH_PROFILE");
-    s->add_option("--json", args->json, "write the results as JSON")->envname("MAGI2_BENCH_JSON");
-    s->add_option("--stage", args->stage, "step (the denoising step) or load (weights page cache -> device, GB/s)")
+    s->add_option("--json", a.json, "write the results as JSON")->envname("MAGI2_BENCH_JSON");
+    s->add_option("--stage", a.stage, "step (the denoising step) or load (weights page cache -> device, GB/s)")
         ->envname("MAGI2_BENCH_STAGE")
         ->capture_default_str();
-    s->add_option("--model", args->model, "--stage load: the model or DiT checkpoint folder to load (config: "
+    s->add_option("--model", a.model, "--stage load: the model or DiT checkpoint folder to load (config: "
                   "--config, cut to --layers)")->envname("MAGI2_BENCH_MODEL");
-    s->add_option("--write-random", args->write_random, "--stage load: first write a random-weight DiT folder "
+    s->add_option("--write-random", a.write_random, "--stage load: first write a random-weight DiT folder "
                   "for the config (cut to --layers) here, then load it")->envname("MAGI2_BENCH_WRITE_RANDOM");
-    s->add_option("--weights", args->weights, "routed expert weights: bf16 or fp8-experts (W8A16, 128x128 blocks)")
+    s->add_option("--weights", a.weights, "routed expert weights: bf16 or fp8-experts (W8A16, 128x128 blocks)")
         ->check(CLI::IsMember({"bf16", "fp8-experts"}))
         ->envname("MAGI2_BENCH_WEIGHTS")
         ->capture_default_str();
-    s->add_flag("--full-model", args->full_model,
+    s->add_flag("--full-model", a.full_model,
                 "every MoE layer its own FP8 expert banks, drawn on the GPU (the whole model resident; needs "
                 "--weights fp8-experts and --device cuda)")
         ->envname("MAGI2_BENCH_FULL_MODEL");
     return s;
-  };
-  c.run = [args]() { return run_bench(*args); };
-  return c;
+  }, run_bench);
 }
 
 }  // namespace magi2::cli

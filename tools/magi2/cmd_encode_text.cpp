@@ -80,11 +80,8 @@ int run_encode_text(const EncodeTextArgs& a) {
 }  // namespace
 
 Command encode_text_command() {
-  auto args = std::make_shared<EncodeTextArgs>();
-  Command c;
-  c.add_fn = [args](CLI::App& app) {
+  return make_command<EncodeTextArgs>([](CLI::App& app, EncodeTextArgs& a) {
     CLI::App* s = app.add_subcommand("encode-text", "prompt -> Qwen3.5 text features (safetensors)");
-    EncodeTextArgs& a = *args;
     s->add_option("--model", a.model, "model folder (official layout, uses MODEL/text_encoder) or builtin:tiny")
         ->envname("MAGI2_MODEL")
         ->capture_default_str();
@@ -111,9 +108,7 @@ Command encode_text_command() {
     s->add_option("--threads", a.threads, "CPU threads, 0..1024 (0: all)")
         ->check(CLI::Range(0, Limits::kMaxThreads))->envname("MAGI2_THREADS");
     return s;
-  };
-  c.run = [args]() { return run_encode_text(*args); };
-  return c;
+  }, run_encode_text);
 }
 
 }  // namespace magi2::cli

@@ -85,12 +85,9 @@ int run_enhance_prompt(const EnhancePromptArgs& a) {
 }  // namespace
 
 Command enhance_prompt_command() {
-  auto args = std::make_shared<EnhancePromptArgs>();
-  Command c;
-  c.add_fn = [args](CLI::App& app) {
+  return make_command<EnhancePromptArgs>([](CLI::App& app, EnhancePromptArgs& a) {
     CLI::App* s = app.add_subcommand(
         "enhance-prompt", "short prompt -> structured caption (OpenAI-compatible endpoint) -> Markdown");
-    EnhancePromptArgs& a = *args;
     a.prompt_opt = s->add_option("--prompt", a.prompt, "the prompt to enhance")->envname("MAGI2_PROMPT");
     s->add_option("--prompt-file", a.prompt_file, "file holding the prompt (whitespace-stripped)")
         ->envname("MAGI2_PROMPT_FILE");
@@ -105,9 +102,7 @@ Command enhance_prompt_command() {
         ->envname("MAGI2_METRICS");
     add_pe_options(s, a.pe);
     return s;
-  };
-  c.run = [args]() { return run_enhance_prompt(*args); };
-  return c;
+  }, run_enhance_prompt);
 }
 
 }  // namespace magi2::cli

@@ -23,7 +23,7 @@ namespace {
 struct ForwardArgs {
   std::string config, transformer, inputs, prefix, routing_override, output;
   int threads = 0;
-  std::string device = "cpu", weights = "auto";
+  std::string device = "cpu", weights = "auto", router_bias = "ema", cuda_attention = "auto";
 };
 
 Tensor input(const SafetensorsFile& f, const std::string& name) {
@@ -53,7 +53,8 @@ int run_forward(const ForwardArgs& a) {
     for (int l : dit.config.arch.moe_layers)
       opt.forced_topk[l] = input(*r, p + "l" + std::to_string(l) + "_moe_topk_idx").to(DType::I32);
   }
-  auto be = make_backend_for(a.device, a.threads);
+  dit.weights.router_bias_from_ema = router_bias_from_ema(a.router_bias, "--router-bias");
+  auto be = make_backend_for(a.device, a.threads, {.attention = a.cuda_attention});
   const DitWeights w = be->device() == Device::CPU ? dit.weights : dit.weights.to_backend(*be);
   Dit model(dit.config.arch, w, *be);
   const auto t0 = std::chrono::steady_clock::now();
@@ -69,37 +70,35 @@ int run_forward(const ForwardArgs& a) {
 }  // namespace
 
 Command forward_command() {
-  auto args = std::make_shared<ForwardArgs>();
-  Command c;
-  c.add_fn = [args](CLI::App& app) {
+  return make_command<ForwardArgs>([](CLI::App& app, ForwardArgs& a) {
     CLI::App* s = app.add_subcommand("forward", "run one DiT forward on packed inputs (parity testing)");
-    s->add_option("--config", args->config, "config in the official JSON layout (default: built-in release)")
+    s->add_option("--config", a.config, "config in the official JSON layout (default: built-in release)")
         ->envname("MAGI2_CONFIG");
-    s->add_option("--transformer", args->transformer,
+    s->add_option("--transformer", a.transformer,
                   "DiT checkpoint folder, model root with preview/, or builtin:tiny")
         ->required()
         ->envname("MAGI2_TRANSFORMER");
-    s->add_option("--inputs", args->inputs, "safetensors with {P}in_x, {P}in_coords, {P}in_modality, "
+    s->add_option("--inputs", a.inputs, "safetensors with {P}in_x, {P}in_coords, {P}in_modality, "
                                             "{P}in_cu_seqlens, {P}in_time_emb")
         ->required()
         ->envname("MAGI2_INPUTS");
-    s->add_option("--prefix", args->prefix, "tensor name prefix P (e.g. t2v_)")->envname("MAGI2_PREFIX");
-    s->add_option("--routing-override", args->routing_override,
+    s->add_option("--prefix", a.prefix, "tensor name prefix P (e.g. t2v_)")->envname("MAGI2_PREFIX");
+    s->add_option("--routing-override", a.routing_override,
                   "testing: take the expert selection from {P}l{layer}_moe_topk_idx [heads,N,k] in this file")
         ->envname("MAGI2_ROUTING_OVERRIDE");
-    s->add_option("-o,--output", args->output, "output safetensors, receives {P}out [N,64] f32")
+    s->add_option("-o,--output", a.output, "output safetensors, receives {P}out [N,64] f32")
         ->required()
         ->envname("MAGI2_OUTPUT");
-    s->add_option("--threads", args->threads, "CPU threads, 0..1024 (0: all)")
+    s->add_option("--threads", a.threads, "CPU threads, 0..1024 (0: all)")
         ->check(CLI::Range(0, Limits::kMaxThreads))->envname("MAGI2_THREADS");
-    s->add_option("--device", args->device, "cpu (default: the reference), cuda or auto")
+    s->add_option("--device", a.device, "cpu (default: the reference), cuda or auto")
         ->envname("MAGI2_DEVICE")
         ->capture_default_str();
-    add_weights_option(s, args->weights);
+    add_weights_option(s, a.weights);
+    add_router_bias_option(s, a.router_bias);
+    add_cuda_attention_option(s, a.cuda_attention);
     return s;
-  };
-  c.run = [args]() { return run_forward(*args); };
-  return c;
+  }, run_forward);
 }
 
 }  // namespace magi2::cli

@@ -49,7 +49,7 @@ struct GenerateArgs {
   std::string text_encoder, negative_prompt;
   bool truncate = false;
   int threads = 0;
-  std::string device = "auto", weights = "auto";
+  std::string device = "auto", weights = "auto", router_bias = "ema", cuda_attention = "auto";
   bool enhance_prompt = false;
   std::string save_prompt;
   bool dry_run = false, quiet = false;
@@ -141,6 +141,8 @@ int run_generate(const GenerateArgs& a) {
   ec.device = a.device;
   if (!a.max_device_memory.empty()) ec.max_device_memory = parse_byte_size(a.max_device_memory, "--max-device-memory");
   ec.weights = a.weights;
+  ec.router_bias = a.router_bias;
+  ec.cuda.attention = a.cuda_attention;
   if (a.enhance_prompt) {
     ec.prompt_enhancement = pe_endpoint(a.pe);
     ec.prompt_enhancement_request = pe_request(a.pe, "", "");
@@ -344,6 +346,8 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
     s->add_option("--device", a.device, "where the DiT and the denoising loop run: auto (cuda when a GPU is "
                   "present), cuda or cpu")->envname("MAGI2_DEVICE")->capture_default_str();
     add_weights_option(s, a.weights);
+    add_router_bias_option(s, a.router_bias);
+    add_cuda_attention_option(s, a.cuda_attention);
     s->add_flag("--enhance-prompt", a.enhance_prompt,
                 "rewrite the prompt into the structured caption through an OpenAI-compatible endpoint (--pe-*)")
         ->envname("MAGI2_ENHANCE_PROMPT");
@@ -366,32 +370,27 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
 }  // namespace
 
 Command generate_command() {
-  auto args = std::make_shared<GenerateArgs>();
-  Command c;
-  c.add_fn = [args](CLI::App& app) {
+  return make_command<GenerateArgs>([](CLI::App& app, GenerateArgs& a) {
     CLI::App* s = app.add_subcommand("generate", "generate a clip (MP4 with sound) from a prompt, optionally with a reference image");
-    add_generate_options(s, *args);
+    add_generate_options(s, a);
     return s;
-  };
-  c.run = [args]() { return run_generate(*args); };
-  return c;
+  }, run_generate);
 }
 
 Command refine_command() {
-  auto args = std::make_shared<GenerateArgs>();
-  args->resolution = "1080p";
-  Command c;
-  c.add_fn = [args](CLI::App& app) {
+  return make_command<GenerateArgs>([](CLI::App& app, GenerateArgs& a) {
     CLI::App* s = app.add_subcommand(
         "refine", "run the 1080p refiner on saved preview latents (generate --save-latents) and decode the clip");
-    add_generate_options(s, *args);
-    s->add_option("--latents", args->latents, "preview latents final_latent, final_audio_latent (safetensors)")
+    add_generate_options(s, a);
+    s->add_option("--latents", a.latents, "preview latents final_latent, final_audio_latent (safetensors)")
         ->envname("MAGI2_LATENTS")
         ->required();
     return s;
-  };
-  c.run = [args]() { return run_generate(*args); };
-  return c;
+  }, run_generate, [] {
+    GenerateArgs a;
+    a.resolution = "1080p";
+    return a;
+  }());
 }
 
 }  // namespace magi2::cli

@@ -9,6 +9,7 @@
 
 #include "cache_env.h"
 #include "commands.h"
+#include "weights_option.h"
 #include "core/error.h"
 #include "core/finite.h"
 #include "engine/model_files.h"
@@ -29,6 +30,7 @@ namespace fs = std::filesystem;
 struct InspectArgs {
   std::string dir;
   std::string config;
+  std::string router_bias = "ema";
   bool check_values = false;
 };
 
@@ -120,6 +122,7 @@ int run_inspect(const InspectArgs& a) {
   }
   Checkpoint ckpt = Checkpoint::open(tdir);
   DitWeights w = bind_dit(ckpt, cfg);
+  w.router_bias_from_ema = router_bias_from_ema(a.router_bias, "--router-bias");
   std::printf("validation: OK: %zu DiT tensors (%.3f GB as bound) match the config; routing bias: %s\n",
               w.num_tensors, static_cast<double>(w.num_bytes) / 1e9,
               w.router_bias_from_ema ? "router.expert_bias_ema" : "router.expert_bias");
@@ -164,22 +167,19 @@ int run_inspect(const InspectArgs& a) {
 }  // namespace
 
 Command inspect_command() {
-  auto args = std::make_shared<InspectArgs>();
-  Command c;
-  c.add_fn = [args](CLI::App& app) {
+  return make_command<InspectArgs>([](CLI::App& app, InspectArgs& a) {
     CLI::App* s = app.add_subcommand("inspect", "describe a model folder and validate every component it holds");
-    s->add_option("model", args->dir, "model folder (with preview/), DiT checkpoint folder, or builtin:tiny")
+    s->add_option("model", a.dir, "model folder (with preview/), DiT checkpoint folder, or builtin:tiny")
         ->required()
         ->envname("MAGI2_MODEL");
-    s->add_option("--config", args->config, "config in the official JSON layout (default: MODEL/config.json, else the built-in release config)")
+    s->add_option("--config", a.config, "config in the official JSON layout (default: MODEL/config.json, else the built-in release config)")
         ->envname("MAGI2_CONFIG");
-    s->add_flag("--check-values", args->check_values,
+    s->add_flag("--check-values", a.check_values,
                 "also read every weight and fail when any tensor holds NaN or Inf (reads all the bytes)")
         ->envname("MAGI2_CHECK_VALUES");
+    add_router_bias_option(s, a.router_bias);
     return s;
-  };
-  c.run = [args]() { return run_inspect(*args); };
-  return c;
+  }, run_inspect);
 }
 
 }  // namespace magi2::cli

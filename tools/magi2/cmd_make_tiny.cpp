@@ -30,20 +30,16 @@ int run_make_tiny(const MakeTinyArgs& a) {
 }  // namespace
 
 Command make_tiny_command() {
-  auto args = std::make_shared<MakeTinyArgs>();
-  Command c;
-  c.add_fn = [args](CLI::App& app) {
+  return make_command<MakeTinyArgs>([](CLI::App& app, MakeTinyArgs& a) {
     CLI::App* s = app.add_subcommand(
         "make-tiny", "write a tiny random-weight model folder (the tiny golden DiT + a tiny Qwen3.5 text encoder) for testing");
-    s->add_option("dir", args->dir, "output model folder (must not exist, or be empty)")->required();
+    s->add_option("dir", a.dir, "output model folder (must not exist, or be empty)")->required();
     // NonNegativeNumber: CLI11 would wrap "-1" into 2^64 - 1.
-    s->add_option("--seed", args->seed, "weight seed in [0, 2^64) (same seed: identical files)")
+    s->add_option("--seed", a.seed, "weight seed in [0, 2^64) (same seed: identical files)")
         ->check(CLI::NonNegativeNumber)
         ->envname("MAGI2_TINY_SEED");
     return s;
-  };
-  c.run = [args]() { return run_make_tiny(*args); };
-  return c;
+  }, run_make_tiny);
 }
 
 }  // namespace magi2::cli

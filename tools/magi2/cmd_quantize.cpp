@@ -30,25 +30,21 @@ int run_quantize(const QuantizeArgs& a) {
 }  // namespace
 
 Command quantize_command() {
-  auto args = std::make_shared<QuantizeArgs>();
-  Command c;
-  c.add_fn = [args](CLI::App& app) {
+  return make_command<QuantizeArgs>([](CLI::App& app, QuantizeArgs& a) {
     CLI::App* s = app.add_subcommand(
         "quantize", "write a model folder with FP8 routed experts (e4m3, 128x128 block scales) for generate --model");
-    s->add_option("model", args->model, "model folder (official layout with preview/), DiT checkpoint folder, or "
+    s->add_option("model", a.model, "model folder (official layout with preview/), DiT checkpoint folder, or "
                                         "builtin:tiny")
         ->required()
         ->envname("MAGI2_QUANTIZE_MODEL");
-    s->add_option("out", args->out, "new model folder (must not exist; written atomically)")
+    s->add_option("out", a.out, "new model folder (must not exist; written atomically)")
         ->required()
         ->envname("MAGI2_QUANTIZE_OUT");
-    s->add_option("--config", args->config, "config in the official JSON layout (default: MODEL/config.json or the "
+    s->add_option("--config", a.config, "config in the official JSON layout (default: MODEL/config.json or the "
                                             "built-in release config)")
         ->envname("MAGI2_CONFIG");
     return s;
-  };
-  c.run = [args]() { return run_quantize(*args); };
-  return c;
+  }, run_quantize);
 }
 
 }  // namespace magi2::cli

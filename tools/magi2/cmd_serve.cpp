@@ -109,11 +109,8 @@ int run_serve(ServeArgs& a) {
 }  // namespace
 
 Command serve_command() {
-  auto args = std::make_shared<ServeArgs>();
-  Command c;
-  c.add_fn = [args](CLI::App& app) {
+  return make_command<ServeArgs>([](CLI::App& app, ServeArgs& a) {
     CLI::App* s = app.add_subcommand("serve", "serve an OpenAI-style /v1/videos HTTP API (jobs, events, cancel)");
-    ServeArgs& a = *args;
     s->add_option("--model", a.engine.model, "model folder (official layout) or builtin:tiny")
         ->envname("MAGI2_MODEL")
         ->capture_default_str();
@@ -128,6 +125,8 @@ Command serve_command() {
                   "on the CPU); a request whose memory plan does not fit is refused before any work")
         ->envname("MAGI2_MAX_DEVICE_MEMORY");
     add_weights_option(s, a.engine.weights);
+    add_router_bias_option(s, a.engine.router_bias);
+    add_cuda_attention_option(s, a.engine.cuda.attention);
     s->add_option("--host", a.server.host, "address to listen on")->envname("MAGI2_HOST")->capture_default_str();
     s->add_option("--port", a.server.port, "port to listen on, 0..65535 (0: any free one, printed at start)")
         ->envname("MAGI2_PORT")
@@ -165,9 +164,7 @@ Command serve_command() {
         ->envname("MAGI2_CANCEL_ON_STOP");
     add_pe_options(s, a.pe);
     return s;
-  };
-  c.run = [args]() { return run_serve(*args); };
-  return c;
+  }, run_serve);
 }
 
 }  // namespace magi2::cli

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <utility>
 #include <vector>
 
 namespace CLI {
@@ -19,6 +21,19 @@ struct Command {
   void add(CLI::App& app) { sub = add_fn(app); }
   bool parsed() const;
 };
+
+/// A Command over one argument struct, made here from `init` and shared by
+/// both closures: `add(app, args)` registers the subcommand and its options on
+/// `app` (writing into args) and returns it; `run(args)` executes it after
+/// parsing and returns the exit code.
+template <typename Args, typename Run>
+Command make_command(std::function<CLI::App*(CLI::App&, Args&)> add, Run run, Args init = {}) {
+  auto args = std::make_shared<Args>(std::move(init));
+  Command c;
+  c.add_fn = [args, add = std::move(add)](CLI::App& app) { return add(app, *args); };
+  c.run = [args, run]() { return run(*args); };
+  return c;
+}
 
 Command inspect_command();
 Command forward_command();

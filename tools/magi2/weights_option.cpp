@@ -1,17 +1,39 @@
 #include "weights_option.h"
 
 #include <CLI/CLI.hpp>
+#include <vector>
 
 namespace magi2::cli {
 
+namespace {
+
+// An option taking one of `choices` (others refused at parse time), with its env mirror and default shown.
+CLI::Option* add_choice(CLI::App* app, const char* flag, std::string& dst, const char* help,
+                        const std::vector<std::string>& choices, const char* env) {
+  return app->add_option(flag, dst, help)->check(CLI::IsMember(choices))->envname(env)->capture_default_str();
+}
+
+}  // namespace
+
 CLI::Option* add_weights_option(CLI::App* app, std::string& dst) {
-  return app
-      ->add_option("--weights", dst,
-                   "routed expert weights: auto (as the checkpoint stores them), bf16, or fp8-experts (e4m3 with "
-                   "128x128 block scales, quantised at load from bf16; W8A16)")
-      ->check(CLI::IsMember({"auto", "bf16", "fp8-experts"}))
-      ->envname("MAGI2_WEIGHTS")
-      ->capture_default_str();
+  return add_choice(app, "--weights", dst,
+                    "routed expert weights: auto (as the checkpoint stores them), bf16, or fp8-experts (e4m3 with "
+                    "128x128 block scales, quantised at load from bf16; W8A16)",
+                    {"auto", "bf16", "fp8-experts"}, "MAGI2_WEIGHTS");
+}
+
+CLI::Option* add_router_bias_option(CLI::App* app, std::string& dst) {
+  return add_choice(app, "--router-bias", dst,
+                    "router bias that selects the experts: ema (router.expert_bias_ema, as the official loader) or "
+                    "main (router.expert_bias; diagnostic)",
+                    {"ema", "main"}, "MAGI2_ROUTER_BIAS_SOURCE");
+}
+
+CLI::Option* add_cuda_attention_option(CLI::App* app, std::string& dst) {
+  return add_choice(app, "--cuda-attention", dst,
+                    "CUDA attention kernel: auto (cuDNN SDPA where it applies, else the fp32 kernel) or fp32 (always "
+                    "the fp32 kernel, the parity oracle)",
+                    {"auto", "fp32"}, "MAGI2_CUDA_ATTENTION");
 }
 
 }  // namespace magi2::cli

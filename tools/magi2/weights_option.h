@@ -1,4 +1,8 @@
-// The `--weights` flag shared by generate, forward, bench and serve (docs/fp8.md).
+// Model-loading flags shared by the subcommands: `--weights` (generate,
+// forward, bench, serve; docs/fp8.md), `--router-bias` (generate, refine,
+// forward, inspect, serve) and `--cuda-attention` (generate, refine, forward,
+// bench, serve; docs/cuda.md). Each has its MAGI2_* env mirror here, so the
+// library itself reads no environment.
 #pragma once
 
 #include <string>
@@ -13,5 +17,13 @@ namespace magi2::cli {
 /// Adds `--weights auto|bf16|fp8-experts` (env MAGI2_WEIGHTS) writing to `dst`:
 /// the routed expert format (ExpertWeights); other values are refused at parse time.
 CLI::Option* add_weights_option(CLI::App* app, std::string& dst);
+
+/// Adds `--router-bias ema|main` (env MAGI2_ROUTER_BIAS_SOURCE) writing to
+/// `dst` (EngineOptions::router_bias); other values are refused at parse time.
+CLI::Option* add_router_bias_option(CLI::App* app, std::string& dst);
+
+/// Adds `--cuda-attention auto|fp32` (env MAGI2_CUDA_ATTENTION) writing to
+/// `dst` (CudaOptions::attention); other values are refused at parse time.
+CLI::Option* add_cuda_attention_option(CLI::App* app, std::string& dst);
 
 }  // namespace magi2::cli

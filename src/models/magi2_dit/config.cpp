@@ -106,13 +106,7 @@ Magi2Config Magi2Config::from_json_text(const std::string& text, const std::stri
     DitArch& r = c.arch;
     const std::string w = "arch_config.";
     get(a, "num_layers", &r.num_layers, w, src);
-    get(a, "hidden_size", &r.hidden_size, w, src);
-    get(a, "head_dim", &r.head_dim, w, src);
-    get(a, "num_query_groups", &r.num_query_groups, w, src);
-    get(a, "video_in_channels", &r.video_in_channels, w, src);
-    get(a, "audio_in_channels", &r.audio_in_channels, w, src);
-    get(a, "text_in_channels", &r.text_in_channels, w, src);
-    get(a, "params_dtype", &r.params_dtype, w, src);
+    config_json::get_backbone_fields(a, &r, w, src);
     get(a, "intermediate_factor", &r.intermediate_factor, w, src);
     get(a, "mm_layers", &r.mm_layers, w, src);
     get(a, "activation_type", &r.activation_type, w, src);

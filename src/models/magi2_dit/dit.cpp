@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "models/magi2_dit/adapters.h"
 #include "models/magi2_dit/workspace.h"
 
 namespace magi2 {
@@ -115,17 +116,13 @@ Tensor Dit::forward(const DitInputs& in, const DitRunOptions& opt) {
   const Tensor* emb_b[3] = {&w_.video_embedder_b, &w_.audio_embedder_b, &w_.text_embedder_b};
   const int64_t chans[3] = {arch_.video_in_channels, arch_.audio_in_channels, arch_.text_in_channels};
   for (int m = 0; m < 3; ++m) {
-    const int64_t r0 = ws.groups3.cu[m], r1 = ws.groups3.cu[m + 1];
-    if (r0 == r1) continue;
     // Text rows may be narrower than 5120 only when padding is absent: the
     // packed width bounds what the embedder reads, zeros beyond are implied.
-    MAGI2_CHECK(c_pad >= chans[m], "DiT input x: ", c_pad, " channels, modality ", m, " needs ", chans[m]);
-    be_.linear({.x = ws.x_p.slice_rows(r0, r1).slice_cols(0, chans[m]),
-                .w = *emb_w[m],
-                .bias = *emb_b[m],
-                .y = ws.h0.slice_rows(r0, r1),
-                .groups = Groups::single(r1 - r0)});
+    if (ws.groups3.cu[m] != ws.groups3.cu[m + 1])
+      MAGI2_CHECK(c_pad >= chans[m], "DiT input x: ", c_pad, " channels, modality ", m, " needs ", chans[m]);
   }
+  pre_adapter(be_, {.x_p = ws.x_p, .y = ws.h0, .groups3 = ws.groups3, .w = {emb_w[0], emb_w[1], emb_w[2]},
+                    .b = {emb_b[0], emb_b[1], emb_b[2]}, .chans = {chans[0], chans[1], chans[2]}});
   dump(opt, "pre_adapter_x", ws.h0);
   be_.copy_cols({.src = ws.temb_p, .dst = ws.h0, .col_begin = 0});
   be_.cast({.src = ws.h0, .dst = ws.state});
@@ -135,20 +132,9 @@ Tensor Dit::forward(const DitInputs& in, const DitRunOptions& opt) {
 
   be_.mark("outside");
   // Post-adapter (spec §3.11): fp32 RMSNorm + fp32 linear for video and audio rows.
-  be_.zero(ws.out_p);
-  const Tensor* fn[2] = {&w_.final_norm_video, &w_.final_norm_audio};
-  const Tensor* fl[2] = {&w_.final_linear_video, &w_.final_linear_audio};
-  for (int m = 0; m < 2; ++m) {
-    const int64_t r0 = ws.groups3.cu[m], r1 = ws.groups3.cu[m + 1];
-    if (r0 == r1) continue;
-    const Groups g = Groups::single(r1 - r0);
-    be_.rms_norm({.x = ws.state.slice_rows(r0, r1), .w = *fn[m], .y = ws.fin.slice_rows(r0, r1), .groups = g});
-    be_.linear({.x = ws.fin.slice_rows(r0, r1),
-                .w = *fl[m],
-                .y = ws.out_p.slice_rows(r0, r1).slice_cols(0, chans[m]),
-                .groups = g});
-  }
-  be_.gather_rows({.src = ws.out_p, .dst = ws.out, .index = ws.inv});
+  post_adapter(be_, {.state = ws.state, .fin = ws.fin, .out_p = ws.out_p, .out = ws.out, .inv = ws.inv,
+                     .groups3 = ws.groups3, .norm = {&w_.final_norm_video, &w_.final_norm_audio},
+                     .linear = {&w_.final_linear_video, &w_.final_linear_audio}, .chans = {chans[0], chans[1]}});
   return ws.out;
 }
 

@@ -5,19 +5,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/mismatch_report.h"
 
 namespace magi2 {
-
-namespace {
-
-std::string join_list(const std::vector<std::string>& items, size_t max_items) {
-  std::ostringstream os;
-  for (size_t i = 0; i < items.size() && i < max_items; ++i) os << (i ? ", " : "") << items[i];
-  if (items.size() > max_items) os << ", ... (" << items.size() - max_items << " more)";
-  return os.str();
-}
-
-}  // namespace
 
 std::string canonical_tensor_name(const std::string& raw) {
   std::string n = raw;
@@ -76,17 +66,8 @@ void bind_checkpoint_strict(const Checkpoint& ckpt, const std::string& what,
   std::vector<std::string> unexpected;
   for (const auto& [canon, raw] : by_canonical)
     if (!used.count(canon)) unexpected.push_back(raw);
-  if (!missing.empty() || !unexpected.empty() || !wrong.empty() || !duplicated.empty()) {
-    std::ostringstream os;
-    os << "checkpoint '" << ckpt.path() << "' does not match the " << what << " config:";
-    if (!missing.empty()) os << " " << missing.size() << " missing [" << join_list(missing, 8) << "];";
-    if (!unexpected.empty()) os << " " << unexpected.size() << " unexpected [" << join_list(unexpected, 8) << "];";
-    if (!wrong.empty()) os << " " << wrong.size() << " with the wrong shape/dtype [" << join_list(wrong, 8) << "];";
-    if (!duplicated.empty()) os << " " << duplicated.size() << " duplicated [" << join_list(duplicated, 8) << "];";
-    std::string msg = os.str();
-    msg.pop_back();
-    throw Error(msg);
-  }
+  throw_if_mismatch(str_cat("checkpoint '", ckpt.path(), "' does not match the ", what, " config:"), missing, unexpected,
+                    wrong, duplicated);
 }
 
 }  // namespace magi2

@@ -1,6 +1,5 @@
 #include "models/magi2_dit/weights.h"
 
-#include <cstdlib>
 #include <functional>
 
 #include "core/error.h"
@@ -90,6 +89,18 @@ void visit_dit_tensors(const DitArch& a, DitWeights* w, const Visit& f, bool fp8
   f("post_adapter.final_linear_audio.weight", {a.audio_in_channels, vw}, F, p(&DitWeights::final_linear_audio));
 }
 
+// Weights with one empty entry per layer of `arch`, each knowing its index and kind.
+DitWeights with_layer_kinds(const DitArch& arch) {
+  DitWeights w;
+  w.layers.resize(arch.num_layers);
+  for (int l = 0; l < arch.num_layers; ++l) {
+    w.layers[l].index = l;
+    w.layers[l].mm = arch.is_mm_layer(l);
+    w.layers[l].moe = arch.is_moe_layer(l);
+  }
+  return w;
+}
+
 }  // namespace
 
 ExpertWeights expert_weights_from_name(const std::string& s, const std::string& flag) {
@@ -97,6 +108,12 @@ ExpertWeights expert_weights_from_name(const std::string& s, const std::string& 
   if (s == "bf16") return ExpertWeights::BF16;
   if (s == "fp8-experts") return ExpertWeights::FP8;
   throw Error(str_cat(flag, " must be auto, bf16 or fp8-experts, got '", s, "'"));
+}
+
+bool router_bias_from_ema(const std::string& s, const std::string& flag) {
+  if (s == "ema") return true;
+  if (s == "main") return false;
+  throw Error(str_cat(flag, " must be ema or main, got '", s, "'"));
 }
 
 const char* expert_weights_name(ExpertWeights w) {
@@ -178,13 +195,7 @@ bool DitWeights::fp8_experts() const {
 DitWeights DitWeights::generate(const DitArch& arch, const std::function<Tensor(const DitTensorSpec&)>& make,
                                 ExpertWeights experts) {
   arch.validate("DitWeights::generate");
-  DitWeights w;
-  w.layers.resize(arch.num_layers);
-  for (int l = 0; l < arch.num_layers; ++l) {
-    w.layers[l].index = l;
-    w.layers[l].mm = arch.is_mm_layer(l);
-    w.layers[l].moe = arch.is_moe_layer(l);
-  }
+  DitWeights w = with_layer_kinds(arch);
   visit_dit_tensors(arch, &w, [&](const std::string& name, const Shape& shape, DType dtype, Tensor* dst) {
     *dst = make({name, shape, dtype});
     check_tensor(*dst, shape, dtype, str_cat("generated DiT tensor ", name));
@@ -196,14 +207,7 @@ DitWeights DitWeights::generate(const DitArch& arch, const std::function<Tensor(
 }
 
 DitWeights DitWeights::bind(const Checkpoint& ckpt, const DitArch& arch, ExpertWeights experts) {
-  DitWeights w;
-  w.layers.resize(arch.num_layers);
-  for (int l = 0; l < arch.num_layers; ++l) {
-    w.layers[l].index = l;
-    w.layers[l].mm = arch.is_mm_layer(l);
-    w.layers[l].moe = arch.is_moe_layer(l);
-  }
-  if (const char* src = std::getenv("MAGI2_ROUTER_BIAS_SOURCE")) w.router_bias_from_ema = std::string(src) != "main";
+  DitWeights w = with_layer_kinds(arch);
 
   bool stored_fp8 = false;  // FP8 routed experts are recognised by their dtype
   for (const auto& raw : ckpt.names())

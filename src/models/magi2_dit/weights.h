@@ -26,6 +26,11 @@ ExpertWeights expert_weights_from_name(const std::string& s, const std::string& 
 /// The `--weights` spelling of a format.
 const char* expert_weights_name(ExpertWeights w);
 
+/// Parses the `--router-bias` value (DitWeights::router_bias_from_ema): true
+/// for "ema" (router.expert_bias_ema, the official loader's), false for
+/// "main" (router.expert_bias). Error naming `flag` and the value otherwise.
+bool router_bias_from_ema(const std::string& s, const std::string& flag);
+
 /// One expected tensor: official name, shape and parameter dtype.
 struct DitTensorSpec {
   std::string name;
@@ -84,7 +89,8 @@ struct DitWeights {
   size_t num_tensors = 0;
   size_t num_bytes = 0;
   /// Which router bias selects experts: expert_bias_ema (default, as the
-  /// official loader) or expert_bias when MAGI2_ROUTER_BIAS_SOURCE=main.
+  /// official loader) or expert_bias. bind() keeps the default; front ends
+  /// set it from --router-bias (router_bias_from_ema, EngineOptions::router_bias).
   bool router_bias_from_ema = true;
 
   /// Binds every official tensor of `arch` from `ckpt` (zero-copy where the

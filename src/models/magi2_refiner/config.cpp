@@ -71,13 +71,7 @@ RefinerConfig RefinerConfig::from_json_text(const std::string& text, const std::
     get(a, "num_layers", &r.num_layers, w, src);
     r.local_attn_layers.clear();
     for (int l = 0; l < r.num_layers; ++l) r.local_attn_layers.push_back(l);
-    get(a, "hidden_size", &r.hidden_size, w, src);
-    get(a, "head_dim", &r.head_dim, w, src);
-    get(a, "num_query_groups", &r.num_query_groups, w, src);
-    get(a, "video_in_channels", &r.video_in_channels, w, src);
-    get(a, "audio_in_channels", &r.audio_in_channels, w, src);
-    get(a, "text_in_channels", &r.text_in_channels, w, src);
-    get(a, "params_dtype", &r.params_dtype, w, src);
+    config_json::get_backbone_fields(a, &r, w, src);
     get(a, "mm_layers", &r.mm_layers, w, src);
     get(a, "local_attn_layers", &r.local_attn_layers, w, src);
     get(a, "enable_attn_gating", &r.enable_attn_gating, w, src);

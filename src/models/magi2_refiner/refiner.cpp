@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "models/magi2_dit/adapters.h"
 
 namespace magi2 {
 
@@ -112,15 +113,8 @@ Tensor Refiner::forward(const RefinerPlan& plan, const Tensor& x, const RefinerD
   const Tensor* emb_w[3] = {&w_.video_embedder_w, &w_.audio_embedder_w, &w_.text_embedder_w};
   const Tensor* emb_b[3] = {&w_.video_embedder_b, &w_.audio_embedder_b, &w_.text_embedder_b};
   const int64_t chans[3] = {arch_.video_in_channels, arch_.audio_in_channels, arch_.text_in_channels};
-  for (int m = 0; m < 3; ++m) {
-    const int64_t r0 = ws.groups3.cu[m], r1 = ws.groups3.cu[m + 1];
-    if (r0 == r1) continue;
-    be_.linear({.x = ws.x_p.slice_rows(r0, r1).slice_cols(0, chans[m]),
-                .w = *emb_w[m],
-                .bias = *emb_b[m],
-                .y = ws.state.slice_rows(r0, r1),
-                .groups = Groups::single(r1 - r0)});
-  }
+  pre_adapter(be_, {.x_p = ws.x_p, .y = ws.state, .groups3 = ws.groups3, .w = {emb_w[0], emb_w[1], emb_w[2]},
+                    .b = {emb_b[0], emb_b[1], emb_b[2]}, .chans = {chans[0], chans[1], chans[2]}});
   if (dump) dump("pre_adapter_x", unpermute(ws.state));
   // The block runs in params_dtype: the stream starts as bf16 values.
   be_.cast({.src = ws.state, .dst = ws.state_bf});
@@ -131,20 +125,9 @@ Tensor Refiner::forward(const RefinerPlan& plan, const Tensor& x, const RefinerD
 
   be_.mark("outside");
   // Post-adapter: fp32 RMSNorm + fp32 linear for the video and the audio rows.
-  be_.zero(ws.out_p);
-  const Tensor* fnorm[2] = {&w_.final_norm_video, &w_.final_norm_audio};
-  const Tensor* flin[2] = {&w_.final_linear_video, &w_.final_linear_audio};
-  for (int m = 0; m < 2; ++m) {
-    const int64_t r0 = ws.groups3.cu[m], r1 = ws.groups3.cu[m + 1];
-    if (r0 == r1) continue;
-    const Groups g = Groups::single(r1 - r0);
-    be_.rms_norm({.x = ws.state.slice_rows(r0, r1), .w = *fnorm[m], .y = ws.fin.slice_rows(r0, r1), .groups = g});
-    be_.linear({.x = ws.fin.slice_rows(r0, r1),
-                .w = *flin[m],
-                .y = ws.out_p.slice_rows(r0, r1).slice_cols(0, chans[m]),
-                .groups = g});
-  }
-  be_.gather_rows({.src = ws.out_p, .dst = ws.out, .index = ws.inv});
+  post_adapter(be_, {.state = ws.state, .fin = ws.fin, .out_p = ws.out_p, .out = ws.out, .inv = ws.inv,
+                     .groups3 = ws.groups3, .norm = {&w_.final_norm_video, &w_.final_norm_audio},
+                     .linear = {&w_.final_linear_video, &w_.final_linear_audio}, .chans = {chans[0], chans[1]}});
   return to_host(be_, ws.out);
 }
 

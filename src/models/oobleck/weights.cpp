@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/mismatch_report.h"
 #include "io/safetensors.h"
 
 namespace magi2 {
@@ -41,13 +42,6 @@ struct SpecWriter {
 };
 
 std::string layer(const std::string& prefix, size_t i) { return prefix + "layers." + std::to_string(i) + "."; }
-
-std::string join_list(const std::vector<std::string>& items, size_t max_items) {
-  std::ostringstream os;
-  for (size_t i = 0; i < items.size() && i < max_items; ++i) os << (i ? ", " : "") << items[i];
-  if (items.size() > max_items) os << ", ... (" << items.size() - max_items << " more)";
-  return os.str();
-}
 
 // Folds weight norm: w = v * (g / ||v_s||) for each slice s of v along dim 0
 // (the fused torch kernel's order: norm, then g / norm, then the product, in
@@ -157,16 +151,8 @@ OobleckDecoderWeights OobleckDecoderWeights::load(const std::string& path, const
   if (found != expected.size())
     for (const auto& [name, shape] : expected)
       if (!file->contains(name)) missing.push_back(name);
-  if (!missing.empty() || !unexpected.empty() || !wrong.empty()) {
-    std::ostringstream os;
-    os << "checkpoint '" << path << "' does not match the Stable Audio Open VAE of '" << c.source << "':";
-    if (!missing.empty()) os << " " << missing.size() << " missing [" << join_list(missing, 6) << "];";
-    if (!unexpected.empty()) os << " " << unexpected.size() << " unexpected [" << join_list(unexpected, 6) << "];";
-    if (!wrong.empty()) os << " " << wrong.size() << " with the wrong shape/dtype [" << join_list(wrong, 6) << "];";
-    std::string msg = os.str();
-    msg.pop_back();
-    throw Error(msg);
-  }
+  throw_if_mismatch(str_cat("checkpoint '", path, "' does not match the Stable Audio Open VAE of '", c.source, "':"),
+                    missing, unexpected, wrong, {}, 6);
 
   const OobleckCodecConfig& d = c.decoder;
   const size_t nd = d.c_mults.size();

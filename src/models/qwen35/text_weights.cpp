@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/mismatch_report.h"
 
 namespace magi2::qwen35 {
 
@@ -51,13 +52,6 @@ void visit_text_tensors(const TextConfig& c, TextWeights* w, const Visit& f) {
     f(p + "mlp.down_proj.weight", {d, in}, Kind::Linear, l, q(&TextLayerWeights::down_proj));
   }
   f("norm.weight", {d}, Kind::Gain, -1, w ? &w->norm : nullptr);
-}
-
-std::string join_list(const std::vector<std::string>& items, size_t max_items) {
-  std::ostringstream os;
-  for (size_t i = 0; i < items.size() && i < max_items; ++i) os << (i ? ", " : "") << items[i];
-  if (items.size() > max_items) os << ", ... (" << items.size() - max_items << " more)";
-  return os.str();
 }
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
@@ -128,16 +122,9 @@ TextWeights TextWeights::bind(const Checkpoint& ckpt, const TextConfig& cfg, DTy
     else
       unexpected.push_back(raw);
   }
-  if (!missing.empty() || !unexpected.empty() || !wrong.empty()) {
-    std::ostringstream os;
-    os << "text encoder checkpoint '" << ckpt.path() << "' does not match its config '" << cfg.source << "':";
-    if (!missing.empty()) os << " " << missing.size() << " missing [" << join_list(missing, 8) << "];";
-    if (!unexpected.empty()) os << " " << unexpected.size() << " unexpected [" << join_list(unexpected, 8) << "];";
-    if (!wrong.empty()) os << " " << wrong.size() << " with the wrong shape/dtype [" << join_list(wrong, 8) << "];";
-    std::string msg = os.str();
-    msg.pop_back();
-    throw Error(msg);
-  }
+  throw_if_mismatch(
+      str_cat("text encoder checkpoint '", ckpt.path(), "' does not match its config '", cfg.source, "':"), missing,
+      unexpected, wrong);
   return w;
 }
 

@@ -5,18 +5,12 @@
 #include <set>
 #include <sstream>
 
+#include "core/mismatch_report.h"
 #include "io/torch_zip.h"
 #include "ops/ops.h"
 
 namespace magi2 {
 namespace {
-
-std::string join_list(const std::vector<std::string>& items, size_t max_items) {
-  std::ostringstream os;
-  for (size_t i = 0; i < items.size() && i < max_items; ++i) os << (i ? ", " : "") << items[i];
-  if (items.size() > max_items) os << ", ... (" << items.size() - max_items << " more)";
-  return os.str();
-}
 
 // Collects every problem so that one Error lists them all.
 class Binder {
@@ -77,15 +71,8 @@ class Binder {
       const bool ignored = n.rfind("decoder.", 0) == 0 || n.rfind("conv2.", 0) == 0;
       if ((ours && !used_.count(n)) || (!ours && !ignored)) unexpected.push_back(n);
     }
-    if (missing_.empty() && unexpected.empty() && wrong_.empty()) return;
-    std::ostringstream os;
-    os << "checkpoint '" << sd_.path() << "' is not a Wan2.2 VAE state dict:";
-    if (!missing_.empty()) os << " " << missing_.size() << " missing [" << join_list(missing_, 8) << "];";
-    if (!unexpected.empty()) os << " " << unexpected.size() << " unexpected [" << join_list(unexpected, 8) << "];";
-    if (!wrong_.empty()) os << " " << wrong_.size() << " with the wrong shape/dtype [" << join_list(wrong_, 8) << "];";
-    std::string msg = os.str();
-    msg.pop_back();
-    throw Error(msg);
+    throw_if_mismatch(str_cat("checkpoint '", sd_.path(), "' is not a Wan2.2 VAE state dict:"), missing_, unexpected,
+                      wrong_);
   }
 
  private:

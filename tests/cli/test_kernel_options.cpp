@@ -1,0 +1,49 @@
+// The kernel and routing choices that used to be read from the environment
+// inside the library (MAGI2_ROUTER_BIAS_SOURCE, MAGI2_CUDA_ATTENTION) are
+// engine options now, filled by the CLI flags and their MAGI2_* mirrors:
+// the flag and the mirror take effect, and a bad value is one error line.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "engine/params.h"
+#include "util/cli.h"
+
+namespace magi2 {
+namespace {
+
+using test::magi2;
+
+TEST(KernelOptions, RouterBiasFlagAndMirrorReachTheWeights) {
+  const std::string ema = "routing bias: router.expert_bias_ema", main = "routing bias: router.expert_bias\n";
+  const test::CliRun def = magi2("inspect builtin:tiny");
+  ASSERT_EQ(def.rc, 0) << def.out;
+  EXPECT_NE(def.out.find(ema), std::string::npos) << def.out;
+  const test::CliRun flag = magi2("inspect builtin:tiny --router-bias main");
+  ASSERT_EQ(flag.rc, 0) << flag.out;
+  EXPECT_NE(flag.out.find(main), std::string::npos) << flag.out;
+  std::string out;
+  ASSERT_EQ(test::run_command("MAGI2_ROUTER_BIAS_SOURCE=main " + test::magi2_binary() + " inspect builtin:tiny", &out),
+            0)
+      << out;
+  EXPECT_NE(out.find(main), std::string::npos) << out;
+}
+
+TEST(KernelOptions, BadValuesAreOneLineErrors) {
+  test::expect_one_line_error(magi2("inspect builtin:tiny --router-bias mean"), "--router-bias");
+  test::expect_one_line_error(magi2("bench --cuda-attention fast --device cpu --layers 1"), "--cuda-attention");
+}
+
+TEST(KernelOptions, EngineOptionsValidateTheChoices) {
+  EngineOptions o;
+  EXPECT_NO_THROW(validate(o));
+  o.router_bias = "mean";
+  EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--router-bias", "ema or main", "mean"}));
+  o = EngineOptions();
+  o.cuda.attention = "fast";
+  EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--cuda-attention", "auto or fp32", "fast"}));
+}
+
+}  // namespace
+}  // namespace magi2
