@@ -41,6 +41,9 @@ for t in $tests; do
   timeout \${MAGI2_TEST_TIMEOUT:-300} ./run.sh ./\$t > "\$OUT/\$t.log" 2>&1; echo "\$t: exit \$? (\$(grep -E 'PASSED|FAILED' "\$OUT/\$t.log" | tr '\n' ' '))"
 done
 timeout \${MAGI2_BENCH_TIMEOUT:-400} ./run.sh ./magi2 bench \${MAGI2_BENCH_ARGS:-} --json "\$OUT/bench.json" 2>&1 | tee "\$OUT/bench.log"
+# One 1080p refiner forward at the release width, 4 of its 30 layers (docs/refiner.md "On CUDA").
+timeout \${MAGI2_REFINER_BENCH_TIMEOUT:-150} ./run.sh ./magi2 bench --stage refiner --layers 4 --steps 2 --warmup 0 \
+  --json "\$OUT/bench_refiner.json" 2>&1 | tee "\$OUT/bench_refiner.log"
 # FP8 routed experts, the whole model resident (docs/fp8.md); opt-in: MAGI2_FP8_BENCH=1 (about 2-3 minutes).
 if [ -n "\${MAGI2_FP8_BENCH:-}" ]; then
   timeout \${MAGI2_FP8_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --weights fp8-experts --full-model --steps 3 \

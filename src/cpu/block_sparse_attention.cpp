@@ -7,59 +7,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <map>
-#include <utility>
 #include <vector>
 
 #include "cpu/attn_tiles.h"
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
+#include "ops/block_ranges.h"
 
 namespace magi2::cpu {
 
 namespace {
 
 constexpr int kBlockQ = 16;  // queries sharing one score buffer
-
-struct Range {
-  int32_t begin = 0, end = 0;
-};
-
-// Groups the pairs by q range: q range -> its k ranges in pair order. Checks
-// the preconditions of the op (bounds, equal-or-disjoint q ranges, disjoint k
-// ranges per q range).
-std::vector<std::pair<Range, std::vector<Range>>> group_pairs(const Tensor& qr, const Tensor& kr, int64_t t) {
-  MAGI2_CHECK(qr.defined() && kr.defined() && qr.device() == Device::CPU && kr.device() == Device::CPU &&
-                  qr.dtype() == DType::I32 && kr.dtype() == DType::I32 && qr.dim() == 2 && qr.size(1) == 2 &&
-                  qr.shape() == kr.shape() && qr.is_contiguous() && kr.is_contiguous(),
-              "block_sparse_attention: q_ranges and k_ranges must be host i32 [P, 2] of one shape, got ",
-              shape_str(qr.shape()), " and ", shape_str(kr.shape()));
-  const int32_t* q = qr.data_as<int32_t>();
-  const int32_t* k = kr.data_as<int32_t>();
-  std::map<std::pair<int32_t, int32_t>, std::vector<Range>> by_q;
-  for (int64_t p = 0; p < qr.size(0); ++p) {
-    const Range a{q[2 * p], q[2 * p + 1]}, b{k[2 * p], k[2 * p + 1]};
-    MAGI2_CHECK(a.begin >= 0 && a.begin <= a.end && a.end <= t && b.begin >= 0 && b.begin <= b.end && b.end <= t,
-                "block_sparse_attention: pair ", p, " ([", a.begin, ", ", a.end, ") -> [", b.begin, ", ", b.end,
-                ")) is outside [0, ", t, "]");
-    if (a.begin == a.end || b.begin == b.end) continue;
-    by_q[{a.begin, a.end}].push_back(b);
-  }
-  std::vector<std::pair<Range, std::vector<Range>>> out;
-  int32_t last_end = 0;
-  for (auto& [qrange, ks] : by_q) {
-    MAGI2_CHECK(qrange.first >= last_end, "block_sparse_attention: q range [", qrange.first, ", ", qrange.second,
-                ") overlaps another q range without being equal to it");
-    last_end = qrange.second;
-    std::vector<Range> sorted = ks;
-    std::sort(sorted.begin(), sorted.end(), [](Range x, Range y) { return x.begin < y.begin; });
-    for (size_t i = 1; i < sorted.size(); ++i)
-      MAGI2_CHECK(sorted[i].begin >= sorted[i - 1].end, "block_sparse_attention: the k ranges of q range [",
-                  qrange.first, ", ", qrange.second, ") overlap");
-    out.push_back({Range{qrange.first, qrange.second}, std::move(ks)});
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -74,7 +33,7 @@ void block_sparse_attention(const BlockSparseAttentionParams& p) {
   MAGI2_CHECK(p.k.shape() == p.v.shape() && p.k.size(0) == t && p.k.size(2) == hd && hk > 0 && hq % hk == 0,
               "block_sparse_attention: k/v ", shape_str(p.k.shape()), " do not fit q ", shape_str(p.q.shape()),
               " (same tokens and head dim, q heads a multiple of kv heads)");
-  const auto groups = group_pairs(p.q_ranges, p.k_ranges, t);
+  const auto groups = group_block_sparse_pairs(p.q_ranges, p.k_ranges, t);
   const uint16_t* q = p.q.data_as<uint16_t>();
   const uint16_t* k = p.k.data_as<uint16_t>();
   const uint16_t* v = p.v.data_as<uint16_t>();
@@ -85,7 +44,7 @@ void block_sparse_attention(const BlockSparseAttentionParams& p) {
   // Key lists per q range (the union of its k ranges in pair order).
   std::vector<std::vector<int32_t>> keys(groups.size());
   for (size_t gi = 0; gi < groups.size(); ++gi)
-    for (const Range& r : groups[gi].second)
+    for (const TokenRange& r : groups[gi].second)
       for (int32_t j = r.begin; j < r.end; ++j) keys[gi].push_back(j);
   // One parallel region over (q range, head): the refiner has thousands of
   // small q ranges, so per-range regions would cost more than the math.
@@ -98,7 +57,7 @@ void block_sparse_attention(const BlockSparseAttentionParams& p) {
     for (int64_t item = 0; item < items; ++item) {
       const size_t gi = static_cast<size_t>(item / hq);
       const int64_t h = item % hq, kh = h / rep;
-      const Range qrange = groups[gi].first;
+      const TokenRange qrange = groups[gi].first;
       const std::vector<int32_t>& kl = keys[gi];
       const int64_t len = static_cast<int64_t>(kl.size());
       // This head's keys widened: K transposed [hd][len], V [len][hd].

@@ -38,6 +38,11 @@ void attention(const AttentionParams& p, cudaStream_t s, bool fp32_only = false)
 /// AttentionParams (deferred sink too): the fp32 CUDA-core flash kernel
 /// (attention.cu), head dims 64 and 128; the fallback and test oracle.
 void attention_fp32(const AttentionParams& p, cudaStream_t s);
+/// BlockSparseAttentionParams on device q/k/v/o (host pair lists): bf16
+/// tensor-core flash kernel over each q range's merged k ranges, head dims 32,
+/// 64 and 128 (block_sparse_attention.cu). The pair list is planned and
+/// uploaded on its first call, which must be outside stream capture.
+void block_sparse_attention(const BlockSparseAttentionParams& p, cudaStream_t s);
 /// AttnQkvParams: one kernel, bit-identical to rms_norm + rope + gather_rows (attn_glue.cu).
 void attn_qkv(const AttnQkvParams& p, cudaStream_t s);
 /// AttnOutParams: one kernel for sink factor + gather + gate (attn_glue.cu).

@@ -206,6 +206,9 @@ class CudaBackend final : public Backend {
   void rope(const RopeParams& p) override { cuda::rope(p, stream_); }
   void attention(const AttentionParams& p) override { cuda::attention(p, stream_, attention_fp32_); }
   void attn_qkv(const AttnQkvParams& p) override { cuda::attn_qkv(p, stream_); }
+  void block_sparse_attention(const BlockSparseAttentionParams& p) override {
+    cuda::block_sparse_attention(p, stream_);
+  }
   void attn_out(const AttnOutParams& p) override { cuda::attn_out(p, stream_); }
 
  private:

@@ -95,7 +95,8 @@ struct Engine::State {
   std::optional<ClipDecoders> decoders;
   std::unique_ptr<Wan22EncoderWeights> wan_w;
   std::unique_ptr<Wan22Encoder> wan;
-  // The 1080p refiner (CPU backend: block_sparse_attention has no CUDA kernel yet).
+  // The 1080p refiner: on the CPU backend (EngineOptions::refiner_device "cpu",
+  // the default) or the DiT's (CUDA when the DiT runs there) with "auto".
   struct RefinerModel {
     RefinerConfig config;
     Checkpoint ckpt;
@@ -115,7 +116,16 @@ struct Engine::State {
     MAGI2_CHECK(r->config.arch.text_in_channels == model.config.arch.text_in_channels, "refiner config ",
                 r->config.source, ": text_in_channels ", r->config.arch.text_in_channels, " differs from the DiT's ",
                 model.config.arch.text_in_channels);
-    r->model = std::make_unique<Refiner>(r->config.arch, r->weights, *be);
+    MAGI2_CHECK(config.refiner_device == "auto" || config.refiner_device == "cpu",
+                "--refiner-device must be auto or cpu, got '", config.refiner_device, "'");
+    Backend& rbe = config.refiner_device == "cpu" ? *be : *dit_be;
+    if (rbe.device() != Device::CPU) {
+      std::function<void(size_t, size_t)> progress;
+      if (on_load) progress = [this](size_t done, size_t total) { on_load("refiner", done, total); };
+      r->weights = r->weights.to_backend(r->config.arch, rbe, progress);
+      r->ckpt = Checkpoint();  // the device copy is all the refiner reads from now on
+    }
+    r->model = std::make_unique<Refiner>(r->config.arch, r->weights, rbe);
     refiner = std::move(r);
     refiner_load_ms = ms_since(t);
   }

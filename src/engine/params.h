@@ -33,6 +33,11 @@ struct EngineOptions {
   bool encodes_text = true;
   int threads = 0;                   ///< CPU threads, 0 = all
   std::string device = "auto";       ///< compute device: "auto" | "cpu" | "cuda"
+  /// Where the 1080p refiner runs [--refiner-device]: "cpu" (the reference
+  /// backend whatever `device` says; the default until the CUDA refiner has
+  /// been checked on a GPU) or "auto" (the DiT's device: CUDA when the DiT runs
+  /// there, with the tensor-core block-sparse attention; docs/refiner.md).
+  std::string refiner_device = "cpu";
   /// Bytes the DiT's device may hold (`--max-device-memory`); 0 = the GPU's
   /// free memory (CUDA backend) or the host's RAM (CPU backend). A request
   /// whose memory plan (engine/memory_plan.h) exceeds it is refused before

@@ -40,13 +40,15 @@ TEST(RefineCli, GenerateAt1080pAndRefineFromSavedLatents) {
   // The preview alone, its latents saved.
   run("generate --model builtin:tiny --prompt 'a red kite' --resolution 540p" + kSize + "--num-inference-steps 2 "
       "--save-latents " + dir + "/preview.safetensors");
-  // The same preview, then the refiner, in one run.
+  // The same preview, then the refiner, in one run. Both routes run the refiner
+  // on the DiT's device (--refiner-device auto: the CPU here, CUDA on a GPU host).
   const std::string a = run("generate --model builtin:tiny --prompt 'a red kite' --resolution 1080p" + kSize +
-                            "--num-inference-steps 2 --refiner-num-inference-steps 2 -o " + dir +
+                            "--num-inference-steps 2 --refiner-num-inference-steps 2 --refiner-device auto -o " + dir +
                             "/a.mp4 --metrics " + dir + "/a.json");
   // The refiner on the saved latents.
   const std::string b = run("refine --model builtin:tiny --prompt 'a red kite' --latents " + dir +
-                            "/preview.safetensors" + kSize + "--refiner-num-inference-steps 2 -o " + dir + "/b.mp4");
+                            "/preview.safetensors" + kSize + "--refiner-num-inference-steps 2 --refiner-device auto -o " +
+                            dir + "/b.mp4");
   ASSERT_FALSE(video_hash(a).empty()) << a;
   EXPECT_EQ(video_hash(a), video_hash(b));
 

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <tuple>
@@ -21,6 +22,7 @@
 #include "cuda/fused_kernels.h"
 #include "cuda/mhc_moe.h"
 #include "cuda_fixture.h"
+#include "models/magi2_refiner/tokens.h"
 #include "ops/numerics.h"
 #include "pipeline/flow_unipc.h"
 
@@ -185,6 +187,40 @@ OpEntry attention_entry(std::vector<int32_t> cu, int64_t h, int64_t hd, int head
                                     .max_seqlen = max_len, .scale = 1.f / std::sqrt(static_cast<float>(hd)),
                                     .head_begin = head_begin};
             return b.done([&be, p] { be.attention(p); });
+          }};
+}
+
+/// The refiner's block-window attention (GQA) on a t x h x w grid with `text` tokens:
+/// the pair list of make_refiner_plan for `win`.
+OpEntry block_sparse_entry(int64_t frames, int64_t height, int64_t width, int64_t text, int64_t hq, int64_t hk,
+                           int64_t hd, RefinerWindow win) {
+  RefinerLayout layout;
+  layout.frames = frames;
+  layout.height = height;
+  layout.width = width;
+  layout.text_len = text;
+  const RefinerPlan plan = make_refiner_plan(layout, RefinerArch(), win);
+  const int64_t t = layout.tokens();
+  // FLOP of the union of keys per q range (what the op computes).
+  std::map<std::pair<int32_t, int32_t>, int64_t> keys;
+  const int32_t* qr = plan.q_ranges.data_as<int32_t>();
+  const int32_t* kr = plan.k_ranges.data_as<int32_t>();
+  for (int64_t p = 0; p < plan.q_ranges.size(0); ++p) keys[{qr[2 * p], qr[2 * p + 1]}] += kr[2 * p + 1] - kr[2 * p];
+  double flops = 0;
+  for (const auto& [q, n] : keys) flops += 4.0 * static_cast<double>(hq * hd) * (q.second - q.first) * n;
+  const std::string s = str_cat(frames, "x", height, "x", width, " video + ", text, " text tokens, ", hq, "/", hk,
+                                " heads x ", hd, ", blocks ", win.block_t, "x", win.block_hw, "x", win.block_hw,
+                                " radius ", win.radius_t, ", ", plan.q_ranges.size(0), " pairs");
+  // bf16 P before P V on CUDA (the FFA rounding point) against the fp32-P CPU op: the attention bound.
+  return {"block_sparse_attention", s, rel_rms(5e-3, 0.05), flops, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            Tensor q = b.in(b.uniform({t, hq, hd}, kBf16, -3.f, 3.f));
+            Tensor k = b.in(b.uniform({t, hk, hd}, kBf16, -1.7f, 1.7f));
+            Tensor v = b.in(b.uniform({t, hk, hd}, kBf16, -1.7f, 1.7f));
+            const BlockSparseAttentionParams p{.q = q, .k = k, .v = v, .o = b.out({t, hq, hd}, kBf16),
+                                               .q_ranges = plan.q_ranges, .k_ranges = plan.k_ranges,
+                                               .scale = 1.f / std::sqrt(static_cast<float>(hd))};
+            return b.done([&be, p] { be.block_sparse_attention(p); });
           }};
 }
 
@@ -428,6 +464,11 @@ std::vector<OpEntry> backend_op_table() {
   t.push_back(attention_entry({0, 1024, 1024, 2048}, 24, 128, 0, 3.5f));
   t.push_back(attention_entry({0, 5, 37, 100}, 4, 64, 2, 1.7f));
   t.push_back(attention_entry({0, 700}, 4, 64, 0, 7.f));
+  t.push_back(block_sparse_entry(6, 8, 12, 37, 4, 2, 32, RefinerWindow{.block_t = 2, .block_hw = 2, .radius_t = 1,
+                                                                   .radius_h = 1, .radius_w = 1}));
+  t.push_back(block_sparse_entry(5, 7, 9, 13, 4, 4, 64, RefinerWindow{.block_t = 2, .block_hw = 2, .radius_t = 1,
+                                                                  .radius_h = 1, .radius_w = 1}));
+  t.push_back(block_sparse_entry(16, 16, 32, 300, 8, 2, 128, RefinerWindow{}));
 
   t.push_back({"gate", "2048x24x128 in place, g a column slice", exact(3), 0, [](Backend& be, uint64_t s) {
                  CaseBuilder b(be, s);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_load.h"
+#include "bench_refiner.h"
 #include "commands.h"
 #include "weights_option.h"
 #include "core/error.h"
@@ -296,7 +297,38 @@ int run_bench(const BenchArgs& a) {
   MAGI2_CHECK(a.layers >= 0 && a.layers <= 1000, "--layers must be in [0, 1000], got ", a.layers);
   if (!a.json.empty()) check_output_path(a.json, "--json");
   const Magi2Config cfg = a.config.empty() ? Magi2Config::release() : Magi2Config::from_file(a.config);
-  MAGI2_CHECK(a.stage == "step" || a.stage == "load", "--stage must be step or load, got '", a.stage, "'");
+  MAGI2_CHECK(a.stage == "step" || a.stage == "load" || a.stage == "refiner",
+              "--stage must be step, load or refiner, got '", a.stage, "'");
+  if (a.stage == "refiner") {
+    auto be = make_backend_for(a.device, 0);
+    nlohmann::json j = bench_refiner({.layers = a.layers, .text_len = a.text_cond, .steps = a.steps,
+                                      .warmup = a.warmup, .profile = a.profile},
+                                     *be);
+    const double ceiling = gemm_ceiling_tflops(*be);
+    j["gemm_ceiling_tflops"] = ceiling;
+    j["fraction_of_ceiling"] = j["tflops"].get<double>() / ceiling;
+    j["backend"] = be->name();
+    std::printf("bench refiner 1080p: %lld tokens (%lld text), %d layers, %lld pairs (%.2f%% of dense): forward "
+                "%.1f ms median of %d (graph replay), step (2 CFG forwards) %.1f ms, %.0f TFLOP/s = %.2f of the "
+                "%.0f TFLOP/s bf16 GEMM ceiling; first forward %.1f ms, capture %.1f ms\n",
+                j["tokens"].get<long long>(), j["text_tokens"].get<long long>(), j["layers"].get<int>(),
+                j["pairs"].get<long long>(), 100 * j["attended_fraction"].get<double>(),
+                j["forward_ms_median"].get<double>(), a.steps, j["step_ms_estimate"].get<double>(),
+                j["tflops"].get<double>(), j["fraction_of_ceiling"].get<double>(), ceiling,
+                j["first_forward_ms"].get<double>(), j["capture_ms"].get<double>());
+    std::printf("  memory: weights %.2f GB, activations %.2f GB%s\n", j["weights_bytes"].get<double>() / 1e9,
+                j["workspace_bytes"].get<double>() / 1e9,
+                j.contains("memory") ? str_cat(", device peak ", j["memory"]["peak_allocated_bytes"].get<double>() / 1e9,
+                                               " GB allocated").c_str()
+                                     : "");
+    if (j.contains("components_eager_ms"))
+      for (auto& [name, c] : j["components_eager_ms"].items())
+        std::printf("  %-22s %10.2f ms  %7.1f TFLOP/s\n", name.c_str(), c["ms"].get<double>(),
+                    c["tflops"].get<double>());
+    std::fflush(stdout);
+    if (!a.json.empty()) write_file_atomic(a.json, j.dump(2) + "\n");
+    return 0;
+  }
   if (a.stage == "load") {
     MAGI2_CHECK(!a.model.empty() || !a.write_random.empty(),
                 "--stage load needs --model DIR (a DiT checkpoint) or --write-random DIR");
@@ -369,7 +401,8 @@ Command bench_command() {
     s->add_flag("!--no-profile", a.profile, "skip the instrumented per-component pass")
         ->envname("MAGI2_BENCH_PROFILE");
     s->add_option("--json", a.json, "write the results as JSON")->envname("MAGI2_BENCH_JSON");
-    s->add_option("--stage", a.stage, "step (the denoising step) or load (weights page cache -> device, GB/s)")
+    s->add_option("--stage", a.stage, "step (the denoising step), load (weights page cache -> device, GB/s) or refiner (one "
+                  "1080p refiner forward, release width, --layers cut, 300 text tokens)")
         ->envname("MAGI2_BENCH_STAGE")
         ->capture_default_str();
     s->add_option("--model", a.model, "--stage load: the model or DiT checkpoint folder to load (config: "

@@ -39,6 +39,7 @@ struct GenerateArgs {
   int width = 0, height = 0;
   int refiner_width = 1920, refiner_height = 1088;
   int refiner_steps = -1;  ///< -1: the config's magi2_refiner_num_inference_steps
+  std::string refiner_device = "cpu";
   std::string latents;     ///< `magi2 refine --latents`: saved preview latents
   std::string seed = "42";
   int steps = -1;  ///< -1: the config's num_inference_steps
@@ -139,6 +140,7 @@ int run_generate(const GenerateArgs& a) {
   ec.encodes_text = a.text_features.empty();
   ec.threads = a.threads;
   ec.device = a.device;
+  ec.refiner_device = a.refiner_device;
   if (!a.max_device_memory.empty()) ec.max_device_memory = parse_byte_size(a.max_device_memory, "--max-device-memory");
   ec.weights = a.weights;
   ec.router_bias = a.router_bias;
@@ -304,6 +306,12 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
     s->add_option("--refiner-num-inference-steps", a.refiner_steps, "1080p: refiner steps, 1..1000 (default: the config's, 5)")
         ->check(CLI::Range(1, Limits::kMaxSteps))
         ->envname("MAGI2_REFINER_NUM_INFERENCE_STEPS");
+    s->add_option("--refiner-device", a.refiner_device,
+                  "1080p: where the refiner runs: cpu (default) or auto (the DiT's --device; CUDA not yet "
+                  "checked on a GPU)")
+        ->check(CLI::IsMember({"auto", "cpu"}))
+        ->envname("MAGI2_REFINER_DEVICE")
+        ->capture_default_str();
     s->add_option("--seconds", a.seconds, "clip length in seconds")->envname("MAGI2_SECONDS")->capture_default_str();
     s->add_option("--width", a.width, "video width in pixels (multiple of 16; overrides --resolution)")
         ->envname("MAGI2_WIDTH");

@@ -17,8 +17,8 @@ class RefinerWorkspace {
     const int64_t d = a.hidden_size, hd = a.head_dim, hq = a.num_heads_q(), hk = a.num_heads_kv();
     const int64_t im = a.intermediate();
     const DType F = DType::F32, B = DType::BF16;
-    x_in = be.alloc({n, c_pad}, F);
     x_p = be.alloc({n, c_pad}, F);
+    coords = be.alloc({n, 9}, F);
     rope = be.alloc({n, 6 * a.rope_bands()}, F);
     state = be.alloc({n, d}, F);
     state_bf = be.alloc({n, d}, B);
@@ -36,15 +36,23 @@ class RefinerWorkspace {
     branch_f = be.alloc({n, d}, F);
     u = be.alloc({n, 2 * im}, B);
     z = be.alloc({n, im}, B);
-    fin = be.alloc({n, d}, F);
+    // The post-adapter's normed rows reuse qf when the widths agree (Hq*hd = D in the release).
+    fin = hq * hd == d ? qf.reshape({n, d}) : be.alloc({n, d}, F);
     out_p = be.alloc({n, 64}, F);
     out = be.alloc({n, 64}, F);
   }
   int64_t n;
-  Tensor x_in, x_p, rope, state, state_bf, xn, qkv, g, qf, kf, q, k, v, o, o_p, branch, branch_f, u, z, fin, out_p, out;
+  /// Every distinct buffer (workspace_bytes).
+  std::vector<const Tensor*> all() const {
+    std::vector<const Tensor*> list = {&x_p, &coords, &rope, &state, &state_bf, &xn, &qkv, &g, &qf, &kf, &q, &k,
+                                       &v, &o, &o_p, &branch, &branch_f, &u, &z, &out_p, &out};
+    if (fin.data() != qf.data()) list.push_back(&fin);
+    return list;
+  }
+  Tensor x_p, coords, rope, state, state_bf, xn, qkv, g, qf, kf, q, k, v, o, o_p, branch, branch_f, u, z, fin, out_p, out;
   Tensor perm, inv;  ///< perm[i] = token of modality-order row i; inv[token] = its modality-order row
   Groups groups3, groups1;
-  std::vector<int32_t> modality_host;
+  std::vector<int32_t> modality_host, perm_host;
 };
 
 Refiner::Refiner(const RefinerArch& arch, const RefinerWeights& weights, Backend& backend)
@@ -61,8 +69,10 @@ Refiner::~Refiner() = default;
 void Refiner::prepare(const RefinerPlan& plan) {
   const int64_t n = plan.layout.tokens();
   check_tensor(plan.modality, {n}, DType::I32, "refiner plan modality");
-  if (!ws_ || ws_->n != n || ws_->x_in.size(1) != plan.c_pad)
+  if (!ws_ || ws_->n != n || ws_->x_p.size(1) != plan.c_pad) {
+    ws_.reset();  // free the old layout's buffers before the new ones are allocated
     ws_ = std::make_unique<RefinerWorkspace>(arch_, n, plan.c_pad, be_);
+  }
   RefinerWorkspace& ws = *ws_;
   const int32_t* mod = plan.modality.data_as<int32_t>();
   if (ws.perm.defined() && std::equal(mod, mod + n, ws.modality_host.begin())) return;
@@ -85,6 +95,7 @@ void Refiner::prepare(const RefinerPlan& plan) {
   ws.perm = to_backend(be_, Tensor::from_i32({n}, perm));
   ws.inv = to_backend(be_, Tensor::from_i32({n}, inv));
   ws.modality_host.assign(mod, mod + n);
+  ws.perm_host = std::move(perm);
 }
 
 Tensor Refiner::unpermute(const Tensor& t) const {
@@ -95,7 +106,7 @@ Tensor Refiner::unpermute(const Tensor& t) const {
   return to_host(be_, out).to(DType::F32);
 }
 
-Tensor Refiner::forward(const RefinerPlan& plan, const Tensor& x, const RefinerDump& dump) {
+void Refiner::load(const RefinerPlan& plan, const Tensor& x) {
   const int64_t n = plan.layout.tokens();
   check_tensor(x, {n, plan.c_pad}, DType::F32, "refiner input x");
   check_tensor(plan.coords, {n, 9}, DType::F32, "refiner plan coords");
@@ -103,10 +114,22 @@ Tensor Refiner::forward(const RefinerPlan& plan, const Tensor& x, const RefinerD
   plan_q_ = plan.q_ranges;
   plan_k_ = plan.k_ranges;
   RefinerWorkspace& ws = *ws_;
+  // The rows go up in modality order (the host permutes them): no packed-order
+  // copy of the widest input on the device.
+  Tensor xp = Tensor::empty({n, plan.c_pad}, DType::F32);
+  const size_t row = static_cast<size_t>(plan.c_pad) * sizeof(float);
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(static_cast<char*>(xp.data()) + i * row,
+                static_cast<const char*>(x.data()) + static_cast<int64_t>(ws.perm_host[i]) * row, row);
+  be_.copy({.src = xp, .dst = ws.x_p});
+  be_.copy({.src = plan.coords, .dst = ws.coords});
+}
+
+void Refiner::run(const RefinerDump& dump) {
+  MAGI2_CHECK(ws_, "Refiner::run before Refiner::load");
+  RefinerWorkspace& ws = *ws_;
   be_.mark("outside");
-  be_.copy({.src = x, .dst = ws.x_in});
-  be_.gather_rows({.src = ws.x_in, .dst = ws.x_p, .index = ws.perm});
-  be_.rope_table({.coords = to_backend(be_, plan.coords), .bands = w_.rope_bands, .out = ws.rope});
+  be_.rope_table({.coords = ws.coords, .bands = w_.rope_bands, .out = ws.rope});
   if (dump) dump("rope", to_host(be_, ws.rope));
 
   // Pre-adapter: one fp32 linear per modality on its first C_m channels.
@@ -128,7 +151,24 @@ Tensor Refiner::forward(const RefinerPlan& plan, const Tensor& x, const RefinerD
   post_adapter(be_, {.state = ws.state, .fin = ws.fin, .out_p = ws.out_p, .out = ws.out, .inv = ws.inv,
                      .groups3 = ws.groups3, .norm = {&w_.final_norm_video, &w_.final_norm_audio},
                      .linear = {&w_.final_linear_video, &w_.final_linear_audio}, .chans = {chans[0], chans[1]}});
-  return to_host(be_, ws.out);
+}
+
+Tensor Refiner::output() const {
+  MAGI2_CHECK(ws_, "Refiner::output before Refiner::load");
+  return to_host(be_, ws_->out);
+}
+
+size_t Refiner::workspace_bytes() const {
+  if (!ws_) return 0;
+  size_t b = 0;
+  for (const Tensor* t : ws_->all()) b += t->nbytes();
+  return b;
+}
+
+Tensor Refiner::forward(const RefinerPlan& plan, const Tensor& x, const RefinerDump& dump) {
+  load(plan, x);
+  run(dump);
+  return output();
 }
 
 void Refiner::layer(int l, const RefinerDump& dump) {

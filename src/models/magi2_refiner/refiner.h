@@ -35,6 +35,18 @@ class Refiner {
   /// 0..47, audio rows 0..63, text rows 0). Errors name the offending input.
   Tensor forward(const RefinerPlan& plan, const Tensor& x, const RefinerDump& dump = {});
 
+  /// forward() in three parts, for CUDA graph capture of the middle one:
+  /// load() plans the layout (allocating on a new one) and uploads x and the
+  /// coordinates; run() enqueues the forward on the backend without a host
+  /// wait, allocation or host copy (capturable once an eager run() of the
+  /// layout has planned its attention pairs; `dump` only when eager);
+  /// output() copies out [N, 64] f32 (packed order) to the host.
+  void load(const RefinerPlan& plan, const Tensor& x);
+  void run(const RefinerDump& dump = {});
+  Tensor output() const;
+  /// Bytes of the current layout's activations (0 before the first load).
+  size_t workspace_bytes() const;
+
   const RefinerArch& arch() const { return arch_; }
   Backend& backend() const { return be_; }
 

@@ -80,3 +80,29 @@ std::vector<std::pair<std::string, std::pair<Shape, DType>>> RefinerWeights::spe
 }
 
 }  // namespace magi2
+
+namespace magi2 {
+
+RefinerWeights RefinerWeights::to_backend(const RefinerArch& arch, Backend& be,
+                                          const std::function<void(size_t, size_t)>& progress) const {
+  RefinerWeights out = *this;
+  if (be.device() == Device::CPU) return out;
+  std::vector<CopyParams> copies;
+  visit_refiner_tensors(arch, &out, [&](const std::string& name, const Shape&, DType, Tensor* t) {
+    if (!t || !t->defined() || t->device() == be.device()) return;
+    MAGI2_CHECK(t->is_contiguous(), "refiner weights: ", name, " is not contiguous");
+    Tensor d;
+    try {
+      d = be.alloc(t->shape(), t->dtype());
+    } catch (const Error& e) {
+      throw Error(str_cat("refiner weights: cannot place ", name, " ", shape_str(t->shape()), " on the ", be.name(),
+                          " backend: ", e.what()));
+    }
+    copies.push_back({.src = *t, .dst = d});
+    *t = d;
+  });
+  be.copy_many(copies, progress);
+  return out;
+}
+
+}  // namespace magi2

@@ -11,6 +11,7 @@
 #include "core/tensor.h"
 #include "io/checkpoint.h"
 #include "models/magi2_refiner/config.h"
+#include "ops/ops.h"
 
 namespace magi2 {
 
@@ -48,6 +49,10 @@ struct RefinerWeights {
   /// Tensors made by `make(name, shape, dtype)` (make-tiny, tests).
   static RefinerWeights generate(const RefinerArch& arch,
                                  const std::function<Tensor(const std::string&, const Shape&, DType)>& make);
+  /// A copy with every tensor on `be`'s device (one batched upload; the CPU
+  /// backend gets the same views). Errors name the tensor that does not fit.
+  RefinerWeights to_backend(const RefinerArch& arch, Backend& be,
+                            const std::function<void(size_t done, size_t total)>& progress = {}) const;
   /// The official names, shapes and dtypes of `arch`, in module order.
   static std::vector<std::pair<std::string, std::pair<Shape, DType>>> specs(const RefinerArch& arch);
 };

@@ -1,0 +1,183 @@
+#include "bench_refiner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/seeded_random.h"
+#include "models/magi2_refiner/config.h"
+#include "models/magi2_refiner/refiner.h"
+#include "models/magi2_refiner/tokens.h"
+#include "models/magi2_refiner/weights.h"
+#if defined(MAGI2_HAVE_CUDA)
+#include "cuda/backend_cuda.h"
+#endif
+
+namespace magi2::cli {
+namespace {
+
+using clock_t_ = std::chrono::steady_clock;
+double ms_since(clock_t_::time_point t) {
+  return std::chrono::duration<double, std::milli>(clock_t_::now() - t).count();
+}
+
+// The first L layers of the release refiner, mm layers kept at both ends (as 0, 1, 28, 29 of 30).
+RefinerArch cut_refiner(RefinerArch a, int layers) {
+  if (layers <= 0 || layers >= a.num_layers) return a;
+  a.num_layers = layers;
+  a.mm_layers.clear();
+  for (int l : {0, 1, layers - 2, layers - 1})
+    if (l >= 0 && (a.mm_layers.empty() || a.mm_layers.back() < l)) a.mm_layers.push_back(l);
+  a.local_attn_layers.clear();
+  for (int l = 0; l < layers; ++l) a.local_attn_layers.push_back(l);
+  a.validate("bench --stage refiner (cut to --layers)");
+  return a;
+}
+
+// Random weights: matrices N-ish(0, 1/sqrt(fan_in)) drawn on the device, norm
+// gains 0 (gain 1 + w = 1), biases 0, the RoPE bands the official inverse frequencies.
+RefinerWeights random_refiner(const RefinerArch& arch, Backend& be, uint64_t* made_bytes) {
+  uint64_t seed = 11;
+  return RefinerWeights::generate(arch, [&](const std::string& name, const Shape& shape, DType dt) -> Tensor {
+    Tensor t = be.alloc(shape, dt);
+    *made_bytes += t.nbytes();
+    if (name.ends_with("rope.bands")) {
+      Tensor h = Tensor::empty(shape, DType::F32);
+      for (int64_t i = 0; i < h.numel(); ++i)
+        h.data_as<float>()[i] = static_cast<float>(std::pow(10000.0, -static_cast<double>(i) / h.numel()));
+      be.copy({.src = h, .dst = t});
+    } else if (shape.size() == 2) {
+#if defined(MAGI2_HAVE_CUDA)
+      if (be.device() == Device::CUDA) {
+        cuda_fill_random(be, t, ++seed, static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape[1]))));
+        return t;
+      }
+#endif
+      be.zero(t);  // CPU: values do not change the cost
+    } else {
+      be.zero(t);
+    }
+    return t;
+  });
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+}  // namespace
+
+nlohmann::json bench_refiner(const RefinerBenchArgs& a, Backend& be) {
+  MAGI2_CHECK(a.text_len >= 1 && a.text_len <= 100000, "--text-cond must be in [1, 100000], got ", a.text_len);
+  const RefinerConfig cfg = RefinerConfig::release();
+  const RefinerArch arch = cut_refiner(cfg.arch, a.layers);
+  // 1080p: a 10 s preview latent of 32 frames -> 2T - 1 = 63 frames of 68 x 120 (1920x1088 / 16).
+  RefinerLayout layout{.frames = 63, .height = 1088 / 16, .width = 1920 / 16, .audio_len = 0, .text_len = a.text_len};
+  const RefinerPlan plan = make_refiner_plan(layout, arch, cfg.eval.window);
+  const int64_t n = layout.tokens();
+
+  const auto t_w = clock_t_::now();
+  uint64_t weight_bytes = 0;
+  const RefinerWeights w = random_refiner(arch, be, &weight_bytes);
+  be.synchronize();
+  const double weights_ms = ms_since(t_w);
+
+  // Input rows: seeded values in the video and text columns (zeros elsewhere, as packed).
+  Tensor x = Tensor::zeros({n, plan.c_pad}, DType::F32);
+  {
+    const int32_t* mod = plan.modality.data_as<int32_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = mod[i] == 0 ? arch.video_in_channels : arch.text_in_channels;
+      float* row = x.data_as<float>() + i * plan.c_pad;
+      for (int64_t j = 0; j < c; ++j)
+        row[j] = static_cast<float>(normal_sample(5, static_cast<uint64_t>(i * plan.c_pad + j), 0.0, 1.0));
+    }
+  }
+
+  Refiner model(arch, w, be);
+  auto t0 = clock_t_::now();
+  model.load(plan, x);
+  be.synchronize();
+  const double load_ms = ms_since(t0);
+  t0 = clock_t_::now();
+  model.run();
+  be.synchronize();
+  const double first_ms = ms_since(t0);
+  t0 = clock_t_::now();
+  std::unique_ptr<StepGraph> graph = be.capture([&] { model.run(); });
+  const double capture_ms = ms_since(t0);
+  std::vector<double> fwd_ms;
+  for (int i = 0; i < a.warmup + a.steps; ++i) {
+    be.synchronize();
+    const auto s0 = clock_t_::now();
+    graph->launch();
+    be.synchronize();
+    if (i >= a.warmup) fwd_ms.push_back(ms_since(s0));
+  }
+  std::map<std::string, double> regions;
+#if defined(MAGI2_HAVE_CUDA)
+  if (a.profile && be.device() == Device::CUDA) {
+    cuda_profile_begin(be);
+    model.run();
+    regions = cuda_profile_end(be);
+  }
+#endif
+
+  // FLOP of one forward (2 per multiply-add): the GEMMs from the shapes, the
+  // attention over each q range's union of keys.
+  const double d = arch.hidden_size, hq = arch.num_heads_q(), hk = arch.num_heads_kv(), hd = arch.head_dim;
+  const double im = arch.intermediate(), nl = arch.num_layers, nd = static_cast<double>(n);
+  std::map<std::pair<int32_t, int32_t>, double> keys;
+  const int32_t* qr = plan.q_ranges.data_as<int32_t>();
+  const int32_t* kr = plan.k_ranges.data_as<int32_t>();
+  for (int64_t p = 0; p < plan.q_ranges.size(0); ++p) keys[{qr[2 * p], qr[2 * p + 1]}] += kr[2 * p + 1] - kr[2 * p];
+  double qk = 0;
+  for (const auto& [q, k] : keys) qk += static_cast<double>(q.second - q.first) * k;
+  std::map<std::string, double> flops;
+  flops["attn.proj"] = nl * 2 * nd * d * ((hq + 2 * hk) * hd + hq + hq * hd);
+  flops["attn.core"] = nl * 4 * hq * hd * qk;
+  flops["mlp"] = nl * 2 * nd * d * 3 * im;
+  double total = 0;
+  for (auto& [k, v] : flops) total += v;
+  const double fwd = median(fwd_ms);
+  nlohmann::json j = {{"stage", "refiner"},
+                      {"latent", {layout.frames, layout.height, layout.width}},
+                      {"tokens", n},
+                      {"text_tokens", a.text_len},
+                      {"pairs", plan.q_ranges.size(0)},
+                      {"attended_fraction", qk / (nd * nd)},
+                      {"layers", arch.num_layers},
+                      {"weights_bytes", weight_bytes},
+                      {"weights_generate_ms", weights_ms},
+                      {"workspace_bytes", model.workspace_bytes()},
+                      {"load_ms", load_ms},
+                      {"first_forward_ms", first_ms},
+                      {"capture_ms", capture_ms},
+                      {"forward_ms", fwd_ms},
+                      {"forward_ms_median", fwd},
+                      {"step_ms_estimate", 2 * fwd},
+                      {"forward_flop", total},
+                      {"tflops", total / (fwd * 1e-3) / 1e12},
+                      {"flop", flops}};
+  nlohmann::json comp = nlohmann::json::object();
+  for (auto& [name, ms] : regions) {
+    const double f = flops.count(name) ? flops.at(name) : 0.0;
+    comp[name] = {{"ms", ms}, {"tflops", f > 0 ? f / (ms * 1e-3) / 1e12 : 0.0}};
+  }
+  if (!regions.empty()) j["components_eager_ms"] = comp;
+#if defined(MAGI2_HAVE_CUDA)
+  if (be.device() == Device::CUDA) {
+    const CudaMemoryStats m = cuda_memory_stats(be);
+    j["memory"] = {{"peak_allocated_bytes", m.peak_in_use}, {"device_total_bytes", m.device_total}};
+  }
+#endif
+  return j;
+}
+
+}  // namespace magi2::cli

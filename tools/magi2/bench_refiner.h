@@ -1,0 +1,27 @@
+// `magi2 bench --stage refiner`: one 1080p refiner forward (and the step's two
+// CFG forwards) at the release width with seeded random weights, graph-replayed.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "ops/ops.h"
+
+namespace magi2::cli {
+
+/// What to time: the first `layers` layers of the release refiner (0: all 30;
+/// mm layers kept at both ends), text tokens per forward, timed replays.
+struct RefinerBenchArgs {
+  int layers = 0;
+  int64_t text_len = 300;
+  int steps = 2, warmup = 0;
+  bool profile = true;
+};
+
+/// Runs the bench on `be` (CUDA: weights drawn on the device; CPU works but is
+/// far too slow at 1080p). Returns tokens, pairs, FLOP by component, forward
+/// and step milliseconds (median of `steps` replays; step = 2 forwards),
+/// workspace and weight bytes, eager per-region times when profiling.
+/// Errors: Error on bad arguments or a device failure.
+nlohmann::json bench_refiner(const RefinerBenchArgs& a, Backend& be);
+
+}  // namespace magi2::cli
