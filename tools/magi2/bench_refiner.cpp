@@ -32,7 +32,7 @@ RefinerArch cut_refiner(RefinerArch a, int layers) {
   a.num_layers = layers;
   a.mm_layers.clear();
   for (int l : {0, 1, layers - 2, layers - 1})
-    if (l >= 0 && (a.mm_layers.empty() || a.mm_layers.back() < l)) a.mm_layers.push_back(l);
+    if (l >= 0 && l < layers && (a.mm_layers.empty() || a.mm_layers.back() < l)) a.mm_layers.push_back(l);
   a.local_attn_layers.clear();
   for (int l = 0; l < layers; ++l) a.local_attn_layers.push_back(l);
   a.validate("bench --stage refiner (cut to --layers)");
@@ -77,8 +77,12 @@ nlohmann::json bench_refiner(const RefinerBenchArgs& a, Backend& be) {
   MAGI2_CHECK(a.text_len >= 1 && a.text_len <= 100000, "--text-cond must be in [1, 100000], got ", a.text_len);
   const RefinerConfig cfg = RefinerConfig::release();
   const RefinerArch arch = cut_refiner(cfg.arch, a.layers);
-  // 1080p: a 10 s preview latent of 32 frames -> 2T - 1 = 63 frames of 68 x 120 (1920x1088 / 16).
-  RefinerLayout layout{.frames = 63, .height = 1088 / 16, .width = 1920 / 16, .audio_len = 0, .text_len = a.text_len};
+  MAGI2_CHECK(a.width_px >= 16 && a.height_px >= 16 && a.frames >= 1 && a.width_px % 16 == 0 &&
+                  a.height_px % 16 == 0 && a.width_px <= 8192 && a.height_px <= 8192 && a.frames <= 1024,
+              "--refiner-size must be WxHxT with W, H multiples of 16 in 16..8192 and T in 1..1024, got ", a.width_px,
+              "x", a.height_px, "x", a.frames);
+  RefinerLayout layout{.frames = a.frames, .height = a.height_px / 16, .width = a.width_px / 16, .audio_len = 0,
+                       .text_len = a.text_len};
   const RefinerPlan plan = make_refiner_plan(layout, arch, cfg.eval.window);
   const int64_t n = layout.tokens();
 
@@ -147,6 +151,7 @@ nlohmann::json bench_refiner(const RefinerBenchArgs& a, Backend& be) {
   for (auto& [k, v] : flops) total += v;
   const double fwd = median(fwd_ms);
   nlohmann::json j = {{"stage", "refiner"},
+                      {"size", {a.width_px, a.height_px, a.frames}},
                       {"latent", {layout.frames, layout.height, layout.width}},
                       {"tokens", n},
                       {"text_tokens", a.text_len},

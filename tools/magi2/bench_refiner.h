@@ -15,6 +15,8 @@ struct RefinerBenchArgs {
   int64_t text_len = 300;
   int steps = 2, warmup = 0;
   bool profile = true;
+  /// Refined pixels and latent frames: 1080p of a 10 s clip (preview latent T = 32 -> 2T - 1 = 63 frames).
+  int64_t width_px = 1920, height_px = 1088, frames = 63;
 };
 
 /// Runs the bench on `be` (CUDA: weights drawn on the device; CPU works but is

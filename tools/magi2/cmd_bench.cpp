@@ -39,6 +39,7 @@ struct BenchArgs {
   int layers = 0, steps = 5, warmup = 1;
   int64_t text_cond = 300, text_uncond = 400;  // the token counts of shared/perf-anchor.md
   bool profile = true;
+  std::string refiner_size = "1920x1088x63";  ///< --stage refiner: W x H pixels x T latent frames
   bool full_model = false;  ///< every layer its own expert banks, made on the device (FP8 only)
 };
 
@@ -300,18 +301,24 @@ int run_bench(const BenchArgs& a) {
   MAGI2_CHECK(a.stage == "step" || a.stage == "load" || a.stage == "refiner",
               "--stage must be step, load or refiner, got '", a.stage, "'");
   if (a.stage == "refiner") {
+    long long w = 0, h = 0, f = 0;
+    char tail = 0;
+    MAGI2_CHECK(std::sscanf(a.refiner_size.c_str(), "%lldx%lldx%lld%c", &w, &h, &f, &tail) == 3,
+                "--refiner-size must be WxHxT (e.g. 1920x1088x63), got '", a.refiner_size, "'");
     auto be = make_backend_for(a.device, 0);
     nlohmann::json j = bench_refiner({.layers = a.layers, .text_len = a.text_cond, .steps = a.steps,
-                                      .warmup = a.warmup, .profile = a.profile},
+                                      .warmup = a.warmup, .profile = a.profile, .width_px = w, .height_px = h,
+                                      .frames = f},
                                      *be);
     const double ceiling = gemm_ceiling_tflops(*be);
     j["gemm_ceiling_tflops"] = ceiling;
     j["fraction_of_ceiling"] = j["tflops"].get<double>() / ceiling;
     j["backend"] = be->name();
-    std::printf("bench refiner 1080p: %lld tokens (%lld text), %d layers, %lld pairs (%.2f%% of dense): forward "
+    std::printf("bench refiner %s: %lld tokens (%lld text), %d layers, %lld pairs (%.2f%% of dense): forward "
                 "%.1f ms median of %d (graph replay), step (2 CFG forwards) %.1f ms, %.0f TFLOP/s = %.2f of the "
                 "%.0f TFLOP/s bf16 GEMM ceiling; first forward %.1f ms, capture %.1f ms\n",
-                j["tokens"].get<long long>(), j["text_tokens"].get<long long>(), j["layers"].get<int>(),
+                a.refiner_size.c_str(), j["tokens"].get<long long>(), j["text_tokens"].get<long long>(),
+                j["layers"].get<int>(),
                 j["pairs"].get<long long>(), 100 * j["attended_fraction"].get<double>(),
                 j["forward_ms_median"].get<double>(), a.steps, j["step_ms_estimate"].get<double>(),
                 j["tflops"].get<double>(), j["fraction_of_ceiling"].get<double>(), ceiling,
@@ -409,6 +416,10 @@ Command bench_command() {
                   "--config, cut to --layers)")->envname("MAGI2_BENCH_MODEL");
     s->add_option("--write-random", a.write_random, "--stage load: first write a random-weight DiT folder "
                   "for the config (cut to --layers) here, then load it")->envname("MAGI2_BENCH_WRITE_RANDOM");
+    s->add_option("--refiner-size", a.refiner_size,
+                  "--stage refiner: refined width x height in pixels x latent frames (1080p of a 10 s clip)")
+        ->envname("MAGI2_BENCH_REFINER_SIZE")
+        ->capture_default_str();
     s->add_option("--weights", a.weights, "routed expert weights: bf16 or fp8-experts (W8A16, 128x128 blocks)")
         ->check(CLI::IsMember({"bf16", "fp8-experts"}))
         ->envname("MAGI2_BENCH_WEIGHTS")
