@@ -9,6 +9,7 @@
 
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
+#include "ops/text_checks.h"
 
 namespace magi2::cpu {
 
@@ -17,18 +18,9 @@ constexpr int64_t kKvBlock = 512;  // the kernel's kv split for sequences >= 512
 }
 
 void causal_attention(const CausalAttentionParams& p) {
-  const int64_t t = p.q.size(0), h = p.heads, hkv = p.kv_heads;
-  MAGI2_CHECK(h >= 1 && hkv >= 1 && h % hkv == 0, "causal_attention: ", h, " query heads do not group over ", hkv,
-              " key/value heads");
-  const int64_t hd = p.q.size(1) / h;
-  check_2d(p.q, t, h * hd, "causal_attention.q");
-  check_2d(p.k, t, hkv * hd, "causal_attention.k");
-  check_2d(p.v, t, hkv * hd, "causal_attention.v");
-  check_2d(p.o, t, h * hd, "causal_attention.o");
+  const CausalAttentionDims dims = check_causal_attention(p, Device::CPU);
+  const int64_t t = dims.t, h = dims.h, hkv = dims.hkv, hd = dims.hd;
   const DType dt = p.q.dtype();
-  for (const Tensor* x : {&p.k, &p.v, &p.o})
-    MAGI2_CHECK(x->dtype() == dt && (dt == DType::BF16 || dt == DType::F32),
-                "causal_attention: q, k, v, o must be all bf16 or all f32");
   const bool bf = dt == DType::BF16;
   const int64_t group = h / hkv;
   // K and V widened once: [Hkv][T][hd] fp32.

@@ -7,34 +7,15 @@
 
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
+#include "ops/text_checks.h"
+#include "ops/text_numerics.h"
 
 namespace magi2::cpu {
 
-namespace {
-
-inline float silu_f32(float x) { return x / (1.0f + std::exp(-x)); }
-
-void check_float(const Tensor& t, DType dt, const char* what) {
-  MAGI2_CHECK(t.dtype() == dt && (dt == DType::BF16 || dt == DType::F32), what,
-              ": expected all operands bf16 or all f32, got ", dtype_name(t.dtype()));
-}
-
-}  // namespace
-
 void gated_rms_norm(const GatedRmsNormParams& p) {
+  const int64_t d = check_gated_rms_norm(p, Device::CPU);
   const int64_t rows = p.x.size(0), cols = p.x.size(1);
-  MAGI2_CHECK(p.heads >= 1 && cols % p.heads == 0, "gated_rms_norm: ", cols, " columns do not split into ", p.heads,
-              " heads");
-  const int64_t d = cols / p.heads;
-  check_2d(p.x, rows, cols, "gated_rms_norm.x");
-  check_2d(p.z, rows, cols, "gated_rms_norm.z");
-  check_2d(p.y, rows, cols, "gated_rms_norm.y");
   const DType dt = p.x.dtype();
-  check_float(p.x, dt, "gated_rms_norm.x");
-  check_float(p.z, dt, "gated_rms_norm.z");
-  check_float(p.y, dt, "gated_rms_norm.y");
-  MAGI2_CHECK(p.w.dtype() == DType::F32 && p.w.numel() == d, "gated_rms_norm.w: expected ", d, " f32 values, got ",
-              shape_str(p.w.shape()));
   const float* w = p.w.data_as<float>();
   const bool bf = dt == DType::BF16;
 #pragma omp parallel
@@ -49,14 +30,7 @@ void gated_rms_norm(const GatedRmsNormParams& p) {
         const float* zh = z.data() + h * d;
         const float ms = dot_f32(xh, xh, d) * (1.0f / static_cast<float>(d));
         const float rs = 1.0f / std::sqrt(ms + p.eps);
-        for (int64_t i = 0; i < d; ++i) {
-          float n = xh[i] * rs;
-          if (bf)
-            n = round_bf16(w[i] * round_bf16(n));  // weight * x.to(bf16): a bf16 product
-          else
-            n = w[i] * n;
-          xh[i] = n * silu_f32(zh[i]);  // bf16 * fp32 promotes to fp32; one final rounding
-        }
+        for (int64_t i = 0; i < d; ++i) xh[i] = gated_rms_element(xh[i], rs, w[i], zh[i], bf);
       }
       store_row(p.y, r, cols, x.data());
     }
@@ -65,20 +39,13 @@ void gated_rms_norm(const GatedRmsNormParams& p) {
 
 namespace {
 
-// out = x * bf16?(act(g)) row by row: the shared form of the two gates; act's
-// result is rounded to bf16 first in the bf16 path (the official
-// act(g).to(bf16) * x), and the product rounds once on store.
+// out = x * bf16?(act(g)) row by row: the shared form of the two gates
+// (text_numerics.h gated_product); the product rounds once on store.
 template <typename Act>
-void gated_product(const Tensor& x, const Tensor& g, const Tensor& out, const char* op, Act act) {
+void gated_rows(const Tensor& x, const Tensor& g, const Tensor& out, const char* op, Act act) {
+  check_gated_product(x, g, out, op, Device::CPU);
   const int64_t rows = out.size(0), cols = out.size(1);
-  const std::string n(op);
-  check_2d(x, rows, cols, (n + ".x").c_str());
-  check_2d(g, rows, cols, (n + ".g").c_str());
-  check_2d(out, rows, cols, (n + ".out").c_str());
   const DType dt = out.dtype();
-  check_float(x, dt, (n + ".x").c_str());
-  check_float(g, dt, (n + ".g").c_str());
-  check_float(out, dt, (n + ".out").c_str());
   const bool bf = dt == DType::BF16;
 #pragma omp parallel
   {
@@ -87,10 +54,7 @@ void gated_product(const Tensor& x, const Tensor& g, const Tensor& out, const ch
     for (int64_t r = 0; r < rows; ++r) {
       load_row_f32(x, r, cols, xv.data());
       load_row_f32(g, r, cols, gv.data());
-      for (int64_t i = 0; i < cols; ++i) {
-        const float s = act(gv[i]);
-        xv[i] = (bf ? round_bf16(s) : s) * xv[i];
-      }
+      for (int64_t i = 0; i < cols; ++i) xv[i] = gated_product(act(gv[i]), xv[i], bf);
       store_row(out, r, cols, xv.data());
     }
   }
@@ -99,11 +63,11 @@ void gated_product(const Tensor& x, const Tensor& g, const Tensor& out, const ch
 }  // namespace
 
 void sigmoid_mul(const SigmoidMulParams& p) {
-  gated_product(p.x, p.g, p.out, "sigmoid_mul", [](float v) { return sigmoid_f32(v); });
+  gated_rows(p.x, p.g, p.out, "sigmoid_mul", [](float v) { return text_sigmoid(v); });
 }
 
 void silu_mul(const SiluMulParams& p) {
-  gated_product(p.up, p.gate, p.out, "silu_mul", [](float v) { return silu_f32(v); });
+  gated_rows(p.up, p.gate, p.out, "silu_mul", [](float v) { return text_silu(v); });
 }
 
 }  // namespace magi2::cpu

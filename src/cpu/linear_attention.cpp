@@ -8,19 +8,15 @@
 
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
+#include "ops/text_checks.h"
+#include "ops/text_numerics.h"
 
 namespace magi2::cpu {
 
 void causal_conv1d(const CausalConv1dParams& p) {
-  const int64_t rows = p.x.size(0), ch = p.x.size(1);
-  check_2d(p.x, rows, ch, "causal_conv1d.x");
-  check_2d(p.y, rows, ch, "causal_conv1d.y");
+  const Conv1dCausalDims dims = check_causal_conv1d(p, Device::CPU);
+  const int64_t rows = dims.rows, ch = dims.channels, kk = dims.kernel;
   const DType dt = p.x.dtype();
-  MAGI2_CHECK((dt == DType::BF16 || dt == DType::F32) && p.y.dtype() == dt && p.w.dtype() == dt,
-              "causal_conv1d: x, w and y must be all bf16 or all f32");
-  MAGI2_CHECK(p.w.is_contiguous() && p.w.dim() == 2 && p.w.size(0) == ch, "causal_conv1d.w: expected [", ch,
-              ", K], got ", shape_str(p.w.shape()));
-  const int64_t kk = p.w.size(1);
   std::vector<float> w(static_cast<size_t>(ch * kk));
   load_row_f32(p.w.reshape({1, ch * kk}), 0, ch * kk, w.data());
   const bool bf = dt == DType::BF16;
@@ -40,11 +36,7 @@ void causal_conv1d(const CausalConv1dParams& p) {
       for (int64_t c = 0; c < ch; ++c) {
         float acc = 0.f;
         for (int64_t k = 0; k < kk; ++k) acc += w[c * kk + k] * win[k * ch + c];
-        if (p.silu) {
-          if (bf) acc = round_bf16(acc);  // conv output is a bf16 tensor before the SiLU
-          acc = acc / (1.0f + std::exp(-acc));
-        }
-        out[c] = acc;
+        out[c] = conv1d_output(acc, p.silu, bf);
       }
       store_row(p.y, t, ch, out.data());
     }
@@ -52,8 +44,6 @@ void causal_conv1d(const CausalConv1dParams& p) {
 }
 
 namespace {
-
-inline float softplus_f32(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
 // L2 normalisation as the transformers l2norm helper: x * rsqrt(sum x^2 + eps).
 inline void l2normalize(float* x, int64_t n) {
@@ -64,26 +54,9 @@ inline void l2normalize(float* x, int64_t n) {
 }  // namespace
 
 void gated_delta_rule(const GatedDeltaRuleParams& p) {
-  const int64_t len = p.q.size(0), hk = p.num_k_heads, hv = p.num_v_heads;
-  MAGI2_CHECK(hk >= 1 && hv >= 1 && hv % hk == 0, "gated_delta_rule: ", hv, " value heads do not group over ", hk,
-              " key heads");
-  MAGI2_CHECK(p.q.dim() == 2 && p.q.size(1) % hk == 0 && p.v.dim() == 2 && p.v.size(1) % hv == 0,
-              "gated_delta_rule: q/v widths do not split into heads");
-  const int64_t dk = p.q.size(1) / hk, dv = p.v.size(1) / hv;
-  check_2d(p.q, len, hk * dk, "gated_delta_rule.q");
-  check_2d(p.k, len, hk * dk, "gated_delta_rule.k");
-  check_2d(p.v, len, hv * dv, "gated_delta_rule.v");
-  check_2d(p.a, len, hv, "gated_delta_rule.a");
-  check_2d(p.b, len, hv, "gated_delta_rule.b");
-  check_2d(p.o, len, hv * dv, "gated_delta_rule.o");
+  const DeltaRuleDims dims = check_gated_delta_rule(p, Device::CPU);
+  const int64_t len = dims.len, hk = dims.hk, hv = dims.hv, dk = dims.dk, dv = dims.dv;
   const DType dt = p.q.dtype();
-  for (const Tensor* x : {&p.k, &p.v, &p.a, &p.b, &p.o})
-    MAGI2_CHECK(x->dtype() == dt && (dt == DType::BF16 || dt == DType::F32),
-                "gated_delta_rule: q, k, v, a, b, o must be all bf16 or all f32");
-  for (const Tensor* x : {&p.a_log, &p.dt_bias})
-    MAGI2_CHECK(x->dtype() == DType::F32 && x->numel() == hv, "gated_delta_rule: A_log/dt_bias need ", hv,
-                " f32 values");
-  MAGI2_CHECK(p.chunk_size >= 1, "gated_delta_rule: chunk_size must be >= 1");
   const bool bf = dt == DType::BF16;
   const int64_t cs = p.chunk_size, group = hv / hk;
   const float qscale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
@@ -117,9 +90,8 @@ void gated_delta_rule(const GatedDeltaRuleParams& p) {
           l2normalize(q.data() + i * dk, dk);
           l2normalize(k.data() + i * dk, dk);
           for (int64_t d = 0; d < dk; ++d) q[i * dk + d] *= qscale;
-          const float bt = sigmoid_f32(brow[h]);
-          beta[i] = bf ? round_bf16(bt) : bt;
-          cum += neg_a * softplus_f32(arow[h] + dt_bias[h]);
+          beta[i] = delta_beta(brow[h], bf);
+          cum += delta_log_decay(arow[h], dt_bias[h], neg_a);
           g[i] = cum;
         }
         // UT transform: (I + A) U = V beta and (I + A) W = K beta exp(G), A strictly lower,

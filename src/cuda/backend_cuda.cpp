@@ -1,6 +1,6 @@
 // The CUDA backend (docs/cuda.md): one stream, device memory from a caching
-// allocator, ops enqueued without host synchronisation. Every DiT op is
-// implemented; the codec and text-encoder ops throw "not implemented yet".
+// allocator, ops enqueued without host synchronisation. Every DiT and
+// text-encoder op is implemented; the codec ops throw "not implemented yet".
 #include "cuda/backend_cuda.h"
 
 #include "cuda/allocator.h"
@@ -9,6 +9,7 @@
 #include "cuda/linear.h"
 #include "cuda/mhc_moe.h"
 #include "cuda/sampler_ops.h"
+#include "cuda/text_ops.h"
 #include "cuda/upload.h"
 #include "ops/op_checks.h"
 
@@ -183,13 +184,15 @@ class CudaBackend final : public Backend {
   MAGI2_CUDA_TODO(avg_down3d, AvgDown3dParams)
   MAGI2_CUDA_TODO(spatial_attention, SpatialAttentionParams)
   MAGI2_CUDA_TODO(channel_affine, ChannelAffineParams)
-  MAGI2_CUDA_TODO(causal_conv1d, CausalConv1dParams)
-  MAGI2_CUDA_TODO(gated_delta_rule, GatedDeltaRuleParams)
-  MAGI2_CUDA_TODO(gated_rms_norm, GatedRmsNormParams)
-  MAGI2_CUDA_TODO(rotary, RotaryParams)
-  MAGI2_CUDA_TODO(causal_attention, CausalAttentionParams)
-  MAGI2_CUDA_TODO(sigmoid_mul, SigmoidMulParams)
-  MAGI2_CUDA_TODO(silu_mul, SiluMulParams)
+
+  // Qwen3.5 text encoder (text_ops.h)
+  void causal_conv1d(const CausalConv1dParams& p) override { cuda::causal_conv1d(p, stream_); }
+  void gated_delta_rule(const GatedDeltaRuleParams& p) override { cuda::gated_delta_rule(p, stream_); }
+  void gated_rms_norm(const GatedRmsNormParams& p) override { cuda::gated_rms_norm(p, stream_); }
+  void rotary(const RotaryParams& p) override { cuda::rotary(p, stream_); }
+  void causal_attention(const CausalAttentionParams& p) override { cuda::causal_attention(p, stream_); }
+  void sigmoid_mul(const SigmoidMulParams& p) override { cuda::sigmoid_mul(p, stream_); }
+  void silu_mul(const SiluMulParams& p) override { cuda::silu_mul(p, stream_); }
 
   // Sampler (sampler_ops.h)
   void copy_elems(const CopyElemsParams& p) override { cuda::copy_elems(p, stream_); }

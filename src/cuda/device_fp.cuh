@@ -21,6 +21,13 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
 
 __device__ __forceinline__ float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
+/// An activation element widened to fp32 (f32 as is, bf16 bits exactly).
+__device__ __forceinline__ float load_f32(const float* p) { return *p; }
+__device__ __forceinline__ float load_f32(const uint16_t* p) { return bf16_to_f32(*p); }
+/// Stores an fp32 value in the element type (f32 as is, bf16 RNE).
+__device__ __forceinline__ void store_f32(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_f32(uint16_t* p, float v) { *p = f32_to_bf16(v); }
+
 // 2^(i/32) as doubles (correctly rounded), each less i << 47 so that adding
 // k << 47 for k = 32 q + i scales it by 2^q (the exponent field starts at bit 52).
 static __constant__ uint64_t kExp2Table[32] = {
@@ -90,19 +97,21 @@ __device__ __forceinline__ float sigmoid_f32(float z, const uint64_t* __restrict
 }
 
 /// dot_f32 of the CPU backend by one thread: 16 partial sums over i = j
-/// (mod 16) in increasing i, then the halving tree 8, 4, 2, 1.
-__device__ __forceinline__ float dot16(const float* a, const float* b, int64_t n) {
+/// (mod 16) in increasing i, then the halving tree 8, 4, 2, 1. b may be f32
+/// or bf16 (widened exactly, load_f32).
+template <typename TB>
+__device__ __forceinline__ float dot16(const float* a, const TB* b, int64_t n) {
   float acc[16];
 #pragma unroll
   for (int j = 0; j < 16; ++j) acc[j] = 0.f;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * load_f32(b + i + j);
   }
 #pragma unroll
   for (int j = 0; j < 16; ++j)
-    if (i + j < n) acc[j] += a[i + j] * b[i + j];
+    if (i + j < n) acc[j] += a[i + j] * load_f32(b + i + j);
 #pragma unroll
   for (int w = 8; w >= 1; w /= 2) {
 #pragma unroll
@@ -117,6 +126,19 @@ __device__ __forceinline__ float half_warp_tree(float acc) {
   const unsigned mask = (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu;
   for (int off = 8; off >= 1; off /= 2) acc += __shfl_down_sync(mask, acc, off, 16);
   return acc;
+}
+
+/// dot_f32(x, x, n) of the CPU backend by a 16-lane half of a warp (all its
+/// lanes call it, each half with its own x): lane j sums x_i^2 over i = j
+/// (mod 16) in increasing i, then half_warp_tree; valid in the half's lane 0.
+template <typename T>
+__device__ __forceinline__ float sum_squares16(const T* x, int64_t n) {
+  float acc = 0.f;
+  for (int64_t i = threadIdx.x & 15; i < n; i += 16) {
+    const float v = load_f32(x + i);
+    acc += v * v;
+  }
+  return half_warp_tree(acc);
 }
 
 /// Weight group of row r (Groups::cu packed as int4, as group_of on the CPU).

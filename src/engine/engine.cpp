@@ -186,7 +186,7 @@ struct Engine::State {
     if (residency == Residency::Sequential) free_dit();  // both do not fit the budget together
     const auto t = Clock::now();
     if (te_dir.empty()) te_dir = find_text_encoder_dir(model.root, config.text_encoder);
-    enc = qwen35::TextEncoder::load(te_dir, *be);
+    enc = qwen35::TextEncoder::load(te_dir, config.text_encoder_device == "cpu" ? *be : *dit_be);
     MAGI2_CHECK(enc->config().hidden_size == model.config.arch.text_in_channels, "text encoder '", te_dir,
                 "' gives features of width ", enc->config().hidden_size,
                 " but the DiT takes text_in_channels = ", model.config.arch.text_in_channels);

@@ -23,6 +23,8 @@ void validate(const EngineOptions& c) {
               "--device must be auto, cpu or cuda, got '", c.device, "'");
   (void)expert_weights_from_name(c.weights, "--weights");
   (void)router_bias_from_ema(c.router_bias, "--router-bias");
+  MAGI2_CHECK(c.text_encoder_device == "auto" || c.text_encoder_device == "cpu",
+              "--text-encoder-device must be auto or cpu, got '", c.text_encoder_device, "'");
   validate(c.cuda);
 }
 

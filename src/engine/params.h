@@ -38,6 +38,10 @@ struct EngineOptions {
   /// been checked on a GPU) or "auto" (the DiT's device: CUDA when the DiT runs
   /// there, with the tensor-core block-sparse attention; docs/refiner.md).
   std::string refiner_device = "cpu";
+  /// Where the Qwen3.5 text encoder runs [--text-encoder-device]: "cpu" (the
+  /// reference backend; the default until the CUDA text ops have been checked
+  /// on a GPU) or "auto" (the DiT's device: its weights are uploaded there).
+  std::string text_encoder_device = "cpu";
   /// Bytes the DiT's device may hold (`--max-device-memory`); 0 = the GPU's
   /// free memory (CUDA backend) or the host's RAM (CPU backend). A request
   /// whose memory plan (engine/memory_plan.h) exceeds it is refused before

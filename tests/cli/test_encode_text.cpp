@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/error.h"
 #include "io/safetensors.h"
 #include "util/cli.h"
 #include "util/testing.h"
@@ -64,6 +65,21 @@ TEST(EncodeText, FeaturesMatchGoldenAndAnyThreadCount) {
   // Measured 0.0058 (en) and 0.0114 (negative) against the CPU bf16 golden.
   EXPECT_LE(compare(f1->tensor("raw_txt_feat"), io->tensor("en_features")).rel_rms, 0.03);
   EXPECT_LE(compare(f1->tensor("raw_null_txt_feat"), io->tensor("negative_features")).rel_rms, 0.03);
+}
+
+// --text-encoder-device auto: the --device backend (here the CPU reference, so the same bytes; on a GPU host
+// test_cuda_text_encoder compares the CUDA features).
+TEST(EncodeText, TextEncoderDeviceAutoRunsOnTheDeviceBackend) {
+  const std::string dir = temp_dir("encode_text_device");
+  for (const char* dev : {"cpu", "auto"}) {
+    const CliRun r = magi2(enc(str_cat("--prompt 'A red fox' --device cpu --text-encoder-device ", dev, " -o ", dir,
+                                       "/", dev, ".safetensors")));
+    ASSERT_EQ(r.rc, 0) << r.out;
+  }
+  const Tensor a = SafetensorsFile::open(dir + "/cpu.safetensors")->tensor("raw_txt_feat");
+  const Tensor b = SafetensorsFile::open(dir + "/auto.safetensors")->tensor("raw_txt_feat");
+  ASSERT_EQ(a.nbytes(), b.nbytes());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.nbytes()));
 }
 
 TEST(EncodeText, I2vWritesTheSpecialToken) {

@@ -33,6 +33,10 @@ TEST(KernelOptions, RouterBiasFlagAndMirrorReachTheWeights) {
 TEST(KernelOptions, BadValuesAreOneLineErrors) {
   test::expect_one_line_error(magi2("inspect builtin:tiny --router-bias mean"), "--router-bias");
   test::expect_one_line_error(magi2("bench --cuda-attention fast --device cpu --layers 1"), "--cuda-attention");
+  test::expect_one_line_error(magi2("encode-text --prompt x -o /tmp/x.safetensors --text-encoder-device gpu"),
+                              "--text-encoder-device");
+  // The text encoder bench runs at the 27B widths: it refuses the CPU backend before making anything.
+  test::expect_one_line_error(magi2("bench --stage text --device cpu --layers 1"), "needs the CUDA backend");
 }
 
 TEST(KernelOptions, EngineOptionsValidateTheChoices) {
@@ -43,6 +47,9 @@ TEST(KernelOptions, EngineOptionsValidateTheChoices) {
   o = EngineOptions();
   o.cuda.attention = "fast";
   EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--cuda-attention", "auto or fp32", "fast"}));
+  o = EngineOptions();
+  o.text_encoder_device = "gpu";
+  EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--text-encoder-device", "auto or cpu", "gpu"}));
 }
 
 }  // namespace

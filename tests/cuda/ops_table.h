@@ -96,4 +96,7 @@ class CaseBuilder {
 /// The table (built once; inputs are made per backend by OpEntry::make).
 std::vector<OpEntry> backend_op_table();
 
+/// The Qwen3.5 text encoder's entries (ops_table_text.cpp), part of the table.
+std::vector<OpEntry> text_encoder_op_entries();
+
 }  // namespace magi2::test

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_stats.h"
 #include "core/error.h"
 #include "core/seeded_random.h"
 #include "models/magi2_refiner/config.h"
@@ -21,10 +22,7 @@
 namespace magi2::cli {
 namespace {
 
-using clock_t_ = std::chrono::steady_clock;
-double ms_since(clock_t_::time_point t) {
-  return std::chrono::duration<double, std::milli>(clock_t_::now() - t).count();
-}
+using clock_t_ = bench_clock;
 
 // The first L layers of the release refiner, mm layers kept at both ends (as 0, 1, 28, 29 of 30).
 RefinerArch cut_refiner(RefinerArch a, int layers) {
@@ -64,11 +62,6 @@ RefinerWeights random_refiner(const RefinerArch& arch, Backend& be, uint64_t* ma
     }
     return t;
   });
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 
 #include "bench_load.h"
 #include "bench_refiner.h"
+#include "bench_stats.h"
+#include "bench_text.h"
 #include "commands.h"
 #include "weights_option.h"
 #include "core/error.h"
@@ -40,6 +42,7 @@ struct BenchArgs {
   int64_t text_cond = 300, text_uncond = 400;  // the token counts of shared/perf-anchor.md
   bool profile = true;
   std::string refiner_size = "1920x1088x63";  ///< --stage refiner: W x H pixels x T latent frames
+  int64_t text_tokens = 0;  ///< --stage text: prompt length (0: 300 and 2000)
   bool full_model = false;  ///< every layer its own expert banks, made on the device (FP8 only)
 };
 
@@ -52,10 +55,6 @@ struct BenchWeights {
 using clock_t_ = std::chrono::steady_clock;
 double ms_between(clock_t_::time_point a, clock_t_::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
 }
 
 // The first L layers of the release arch, keeping its layer kinds: mm at both
@@ -292,14 +291,43 @@ nlohmann::json bench_one(const BenchArgs& a, const DitArch& arch, const Magi2Con
   return j;
 }
 
+// --stage text: the Qwen3.5-27B text encoder forward (bench_text.h), CUDA only.
+int run_text_bench(const BenchArgs& a) {
+  MAGI2_CHECK(a.text_tokens >= 0, "--text-tokens must be >= 1, got ", a.text_tokens);
+  auto be = make_backend_for(a.device, 0);
+  TextBenchArgs t{.layers = a.layers, .steps = a.steps, .warmup = a.warmup, .profile = a.profile};
+  if (a.text_tokens > 0) t.tokens = {a.text_tokens};
+  nlohmann::json j = bench_text(t, *be);
+  j["backend"] = be->name();
+  std::printf("bench text (Qwen3.5-27B widths, %d of %d feature layers, random weights %.2f GB):\n",
+              j["layers"].get<int>(), j["feature_layers"].get<int>(), j["weights_bytes"].get<double>() / 1e9);
+  for (const auto& r : j["runs"]) {
+    std::printf("  %5lld tokens: forward %.2f ms median of %d (eager; first %.1f ms), %.3g FLOP, %.1f TFLOP/s; "
+                "scaled to %d layers %.1f ms\n",
+                r["tokens"].get<long long>(), r["forward_ms_median"].get<double>(), a.steps,
+                r["first_forward_ms"].get<double>(), r["forward_flop"].get<double>(), r["tflops"].get<double>(),
+                j["feature_layers"].get<int>(), r["feature_layers_ms_estimate"].get<double>());
+    if (r.contains("components_eager_ms"))
+      for (auto& [name, c] : r["components_eager_ms"].items())
+        std::printf("    %-18s %10.2f ms  %7.1f TFLOP/s\n", name.c_str(), c["ms"].get<double>(),
+                    c["tflops"].get<double>());
+  }
+  if (j.contains("memory"))
+    std::printf("  device memory peak %.2f GB allocated\n", j["memory"]["peak_allocated_bytes"].get<double>() / 1e9);
+  std::fflush(stdout);
+  if (!a.json.empty()) write_file_atomic(a.json, j.dump(2) + "\n");
+  return 0;
+}
+
 int run_bench(const BenchArgs& a) {
   MAGI2_CHECK(a.steps >= 1 && a.steps <= 1000, "--steps must be in [1, 1000], got ", a.steps);
   MAGI2_CHECK(a.warmup >= 0 && a.warmup <= 100, "--warmup must be in [0, 100], got ", a.warmup);
   MAGI2_CHECK(a.layers >= 0 && a.layers <= 1000, "--layers must be in [0, 1000], got ", a.layers);
   if (!a.json.empty()) check_output_path(a.json, "--json");
   const Magi2Config cfg = a.config.empty() ? Magi2Config::release() : Magi2Config::from_file(a.config);
-  MAGI2_CHECK(a.stage == "step" || a.stage == "load" || a.stage == "refiner",
-              "--stage must be step, load or refiner, got '", a.stage, "'");
+  MAGI2_CHECK(a.stage == "step" || a.stage == "load" || a.stage == "refiner" || a.stage == "text",
+              "--stage must be step, load, refiner or text, got '", a.stage, "'");
+  if (a.stage == "text") return run_text_bench(a);
   if (a.stage == "refiner") {
     long long w = 0, h = 0, f = 0;
     char tail = 0;
@@ -408,8 +436,9 @@ Command bench_command() {
     s->add_flag("!--no-profile", a.profile, "skip the instrumented per-component pass")
         ->envname("MAGI2_BENCH_PROFILE");
     s->add_option("--json", a.json, "write the results as JSON")->envname("MAGI2_BENCH_JSON");
-    s->add_option("--stage", a.stage, "step (the denoising step), load (weights page cache -> device, GB/s) or refiner (one "
-                  "1080p refiner forward, release width, --layers cut, 300 text tokens)")
+    s->add_option("--stage", a.stage, "step (the denoising step), load (weights page cache -> device, GB/s), refiner (one "
+                  "1080p refiner forward, release width, --layers cut, 300 text tokens) or text (the Qwen3.5-27B "
+                  "text encoder at 300 and 2000 tokens, --layers cut; CUDA only)")
         ->envname("MAGI2_BENCH_STAGE")
         ->capture_default_str();
     s->add_option("--model", a.model, "--stage load: the model or DiT checkpoint folder to load (config: "
@@ -420,6 +449,9 @@ Command bench_command() {
                   "--stage refiner: refined width x height in pixels x latent frames (1080p of a 10 s clip)")
         ->envname("MAGI2_BENCH_REFINER_SIZE")
         ->capture_default_str();
+    s->add_option("--text-tokens", a.text_tokens, "--stage text: prompt length in tokens (default: 300 and 2000)")
+        ->check(CLI::Range(int64_t{1}, int64_t{7000}))
+        ->envname("MAGI2_BENCH_TEXT_TOKENS");
     s->add_option("--weights", a.weights, "routed expert weights: bf16 or fp8-experts (W8A16, 128x128 blocks)")
         ->check(CLI::IsMember({"bf16", "fp8-experts"}))
         ->envname("MAGI2_BENCH_WEIGHTS")

@@ -22,6 +22,8 @@
 #include "engine/params.h"
 #include "engine/text_conditioning.h"
 #include "engine/tiny_model.h"
+#include "pipeline/device_select.h"
+#include "weights_option.h"
 
 namespace magi2::cli {
 
@@ -29,6 +31,7 @@ namespace {
 
 struct EncodeTextArgs {
   std::string model = "builtin:tiny", text_encoder, prompt, prompt_file, negative_prompt, output;
+  std::string device = "auto", text_encoder_device = "cpu";
   bool i2v = false, negative = false, truncate = false, fp32 = false;
   int threads = 0;
   CLI::Option* prompt_opt = nullptr;  // set by the parser: an empty --prompt '' still counts as given
@@ -53,7 +56,8 @@ int run_encode_text(const EncodeTextArgs& a) {
 
   const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = find_text_encoder_dir(a.text_encoder.empty() ? resolve_model(a.model, cache_env()) : "", a.text_encoder);
-  auto be = make_cpu_backend(a.threads);
+  // --text-encoder-device auto: the --device backend (CUDA with a GPU), else the CPU reference.
+  auto be = a.text_encoder_device == "cpu" ? make_cpu_backend(a.threads) : make_backend_for(a.device, a.threads);
   auto enc = qwen35::TextEncoder::load(dir, *be, a.fp32 ? DType::F32 : DType::BF16);
   const qwen35::TextFeatures f = encode_prompt(*enc, prompt, a.i2v, a.truncate, what);
   std::vector<std::pair<std::string, Tensor>> out = {{"raw_txt_feat", batched(f.features)},
@@ -107,6 +111,12 @@ Command encode_text_command() {
         ->envname("MAGI2_OUTPUT");
     s->add_option("--threads", a.threads, "CPU threads, 0..1024 (0: all)")
         ->check(CLI::Range(0, Limits::kMaxThreads))->envname("MAGI2_THREADS");
+    s->add_option("--device", a.device, "the backend --text-encoder-device auto picks: auto (cuda when a GPU is "
+                  "present), cuda or cpu")
+        ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
+        ->envname("MAGI2_DEVICE")
+        ->capture_default_str();
+    add_text_encoder_device_option(s, a.text_encoder_device);
     return s;
   }, run_encode_text);
 }

@@ -36,4 +36,11 @@ CLI::Option* add_cuda_attention_option(CLI::App* app, std::string& dst) {
                     {"auto", "fp32"}, "MAGI2_CUDA_ATTENTION");
 }
 
+CLI::Option* add_text_encoder_device_option(CLI::App* app, std::string& dst) {
+  return add_choice(app, "--text-encoder-device", dst,
+                    "where the Qwen3.5 text encoder runs: cpu (the reference backend, default) or auto (the "
+                    "--device backend; CUDA not yet checked on a GPU)",
+                    {"cpu", "auto"}, "MAGI2_TEXT_ENCODER_DEVICE");
+}
+
 }  // namespace magi2::cli

@@ -1,7 +1,8 @@
 // Model-loading flags shared by the subcommands: `--weights` (generate,
 // forward, bench, serve; docs/fp8.md), `--router-bias` (generate, refine,
 // forward, inspect, serve) and `--cuda-attention` (generate, refine, forward,
-// bench, serve; docs/cuda.md). Each has its MAGI2_* env mirror here, so the
+// bench, serve; docs/cuda.md), `--text-encoder-device` (generate, refine,
+// encode-text). Each has its MAGI2_* env mirror here, so the
 // library itself reads no environment.
 #pragma once
 
@@ -25,5 +26,10 @@ CLI::Option* add_router_bias_option(CLI::App* app, std::string& dst);
 /// Adds `--cuda-attention auto|fp32` (env MAGI2_CUDA_ATTENTION) writing to
 /// `dst` (CudaOptions::attention); other values are refused at parse time.
 CLI::Option* add_cuda_attention_option(CLI::App* app, std::string& dst);
+
+/// Adds `--text-encoder-device cpu|auto` (env MAGI2_TEXT_ENCODER_DEVICE)
+/// writing to `dst` (EngineOptions::text_encoder_device: cpu = the reference
+/// backend, auto = the --device backend); other values are refused at parse time.
+CLI::Option* add_text_encoder_device_option(CLI::App* app, std::string& dst);
 
 }  // namespace magi2::cli

@@ -37,14 +37,14 @@ std::unique_ptr<TextEncoder> TextEncoder::load(const std::string& dir, Backend& 
   MAGI2_CHECK(skip_layer >= 0 && out_layer >= 0, "text encoder config '", cfg_path.string(),
               "': ", e->cfg_.num_hidden_layers, " layers cannot give hidden_states[-", skip_layer + 1, "]");
   e->ckpt_ = Checkpoint::open(dir);
-  e->w_ = TextWeights::bind(e->ckpt_, e->cfg_, dtype, out_layer + 1);
+  e->w_ = TextWeights::bind(e->ckpt_, e->cfg_, dtype, out_layer + 1).to_backend(e->cfg_, be);
   e->tok_ = Tokenizer::load(dir);
   e->model_ = std::make_unique<TextModel>(e->cfg_, e->w_, be, out_layer);
   return e;
 }
 
 Tensor TextEncoder::features(const std::vector<int64_t>& ids, const TextTrace& trace) const {
-  return model_->forward(ids, trace);
+  return to_host(model_->backend(), model_->forward(ids, trace));
 }
 
 TextFeatures TextEncoder::encode(std::string_view prompt, bool i2v, const EncodeOptions& opt, JsonPromptPolicy policy,

@@ -42,7 +42,9 @@ class TextEncoder {
   /// text_config), the safetensors checkpoint in `dir` (sharded index or a
   /// single file; plain, CausalLM or VLM key layout) and `dir`/tokenizer.json
   /// (+ tokenizer_config.json). `dtype` BF16 = the official CPU bf16 path,
-  /// F32 = fp32 reference (weights upcast once). Only the layers up to the
+  /// F32 = fp32 reference (weights upcast once). On a device backend the
+  /// bound weights are uploaded once (TextWeights::to_backend) and the
+  /// forward runs there; features come back to the host. Only the layers up to the
   /// feature layer (num_hidden_layers - 1 - skip_layer) run. Errors: one line
   /// naming the file/tensor at fault (see TextConfig, TextWeights::bind,
   /// Tokenizer::load).
@@ -57,7 +59,7 @@ class TextEncoder {
   TextFeatures encode(std::string_view prompt, bool i2v, const EncodeOptions& opt = {},
                       JsonPromptPolicy policy = JsonPromptPolicy::kOfficial, const TextTrace& trace = {}) const;
 
-  /// Features of already tokenised ids ([L, D], see TextModel::forward).
+  /// Features of already tokenised ids ([L, D] on the host, see TextModel::forward).
   Tensor features(const std::vector<int64_t>& ids, const TextTrace& trace = {}) const;
 
   const TextConfig& config() const { return cfg_; }

@@ -15,10 +15,10 @@ TextModel::TextModel(const TextConfig& cfg, const TextWeights& w, Backend& be, i
   std::vector<float> inv(static_cast<size_t>(rot / 2));
   const float base = static_cast<float>(cfg.rope_theta);
   for (int i = 0; i < rot / 2; ++i) inv[i] = 1.0f / std::pow(base, static_cast<float>(2 * i) / static_cast<float>(rot));
-  inv_freq_ = Tensor::from_f32({rot / 2}, inv);
+  inv_freq_ = to_backend(be, Tensor::from_f32({rot / 2}, inv));
 }
 
-Tensor TextModel::forward(const std::vector<int64_t>& ids, const TextTrace& trace) const {
+Tensor TextModel::forward(const std::vector<int64_t>& ids, const TextTrace& observer) const {
   const int64_t len = static_cast<int64_t>(ids.size()), d = cfg_.hidden_size;
   MAGI2_CHECK(len >= 1, "text encoder: the prompt has no tokens (the official encoder fails on an empty prompt)");
   std::vector<int32_t> rows(ids.size());
@@ -27,6 +27,10 @@ Tensor TextModel::forward(const std::vector<int64_t>& ids, const TextTrace& trac
                 " is outside the vocabulary of ", cfg_.vocab_size);
     rows[i] = static_cast<int32_t>(ids[i]);
   }
+  // Observers read host tensors: intermediates on a device are copied down (tracing only).
+  TextTrace trace = observer;
+  if (observer && be_.device() != Device::CPU)
+    trace = [&](const std::string& name, int layer, const Tensor& t) { observer(name, layer, to_host(be_, t)); };
   auto emit = [&](const char* name, int layer, const Tensor& t) {
     if (trace) trace(name, layer, t);
   };
@@ -46,16 +50,21 @@ Tensor TextModel::forward(const std::vector<int64_t>& ids, const TextTrace& trac
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   for (int l = 0; l <= output_layer_; ++l) {
     const TextLayerWeights& L = w_.layers[l];
+    be_.mark("text.norm_add");  // profiling regions (Backend::mark; no-ops unless profiling)
     be_.rms_norm({.x = h, .w = L.input_layernorm, .y = xn, .groups = Groups::single(len), .eps = eps});
     emit("input_layernorm", l, xn);
+    be_.mark(L.full_attention ? "text.attention" : "text.delta_net");
     if (L.full_attention)
       full_attention(L, xn, mix, l, trace);
     else
       linear_attention(L, xn, mix, l, trace);
+    be_.mark("text.norm_add");
     be_.add({.a = h, .b = mix, .out = h});
     be_.rms_norm({.x = h, .w = L.post_attention_layernorm, .y = xn, .groups = Groups::single(len), .eps = eps});
+    be_.mark("text.mlp");
     mlp(L, xn, mix);
     emit("mlp_out", l, mix);
+    be_.mark("text.norm_add");
     be_.add({.a = h, .b = mix, .out = h});
     emit("layer_out", l, h);
   }

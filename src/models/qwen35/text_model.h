@@ -40,11 +40,14 @@ class TextModel {
   TextModel(const TextConfig& cfg, const TextWeights& w, Backend& be, int output_layer);
 
   /// hidden state after layer `output_layer` for token ids [L] (L >= 1):
-  /// a new [L, D] tensor in the compute dtype. Errors: empty input (the
-  /// official model crashes on it), an id outside the vocabulary.
+  /// a new [L, D] tensor in the compute dtype on the backend's device (the
+  /// weights must be there: TextWeights::to_backend). `trace` gets host
+  /// tensors. Errors: empty input (the official model crashes on it), an id
+  /// outside the vocabulary.
   Tensor forward(const std::vector<int64_t>& ids, const TextTrace& trace = {}) const;
 
   int output_layer() const { return output_layer_; }
+  Backend& backend() const { return be_; }
 
  private:
   void linear_attention(const TextLayerWeights& L, const Tensor& x, const Tensor& out, int layer,

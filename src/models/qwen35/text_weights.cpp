@@ -56,6 +56,17 @@ void visit_text_tensors(const TextConfig& c, TextWeights* w, const Visit& f) {
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 
+// Weights of `cfg` with no tensors yet: the dtype, the layer kinds, how many layers will be bound.
+TextWeights unbound(const TextConfig& cfg, DType dtype, int num_layers) {
+  MAGI2_CHECK(dtype == DType::BF16 || dtype == DType::F32, "text encoder: compute dtype must be bf16 or f32");
+  TextWeights w;
+  w.dtype = dtype;
+  w.layers.resize(cfg.num_hidden_layers);
+  w.num_bound_layers = std::min(num_layers, cfg.num_hidden_layers);
+  for (int l = 0; l < cfg.num_hidden_layers; ++l) w.layers[l].full_attention = cfg.full_attention[l];
+  return w;
+}
+
 }  // namespace
 
 std::vector<TextTensorSpec> text_tensor_specs(const TextConfig& cfg) {
@@ -67,12 +78,7 @@ std::vector<TextTensorSpec> text_tensor_specs(const TextConfig& cfg) {
 }
 
 TextWeights TextWeights::bind(const Checkpoint& ckpt, const TextConfig& cfg, DType dtype, int num_layers_needed) {
-  MAGI2_CHECK(dtype == DType::BF16 || dtype == DType::F32, "text encoder: compute dtype must be bf16 or f32");
-  TextWeights w;
-  w.dtype = dtype;
-  w.layers.resize(cfg.num_hidden_layers);
-  w.num_bound_layers = std::min(num_layers_needed, cfg.num_hidden_layers);
-  for (int l = 0; l < cfg.num_hidden_layers; ++l) w.layers[l].full_attention = cfg.full_attention[l];
+  TextWeights w = unbound(cfg, dtype, num_layers_needed);
   const std::string vlm = "model.language_model.";
   if (ckpt.contains(vlm + "embed_tokens.weight"))
     w.prefix = vlm;
@@ -126,6 +132,43 @@ TextWeights TextWeights::bind(const Checkpoint& ckpt, const TextConfig& cfg, DTy
       str_cat("text encoder checkpoint '", ckpt.path(), "' does not match its config '", cfg.source, "':"), missing,
       unexpected, wrong);
   return w;
+}
+
+TextWeights TextWeights::generate(const TextConfig& cfg, DType dtype, int num_layers,
+                                  const std::function<Tensor(const std::string&, const Shape&, DType)>& make) {
+  TextWeights w = unbound(cfg, dtype, num_layers);
+  visit_text_tensors(cfg, &w, [&](const std::string& name, const Shape& shape, Kind kind, int layer, Tensor* dst) {
+    if (layer >= w.num_bound_layers) return;
+    if (kind == Kind::Raw)
+      *dst = make(name, shape, DType::BF16);
+    else if (kind == Kind::Gain)
+      *dst = make(name, shape, DType::F32);
+    else
+      *dst = make(name, shape.size() == 3 ? Shape{shape[0], shape[2]} : shape, dtype);
+  });
+  return w;
+}
+
+TextWeights TextWeights::to_backend(const TextConfig& cfg, Backend& be,
+                                    const std::function<void(size_t, size_t)>& progress) const {
+  TextWeights out = *this;
+  if (be.device() == Device::CPU) return out;
+  std::vector<CopyParams> copies;
+  visit_text_tensors(cfg, &out, [&](const std::string& name, const Shape&, Kind, int layer, Tensor* t) {
+    if (layer >= num_bound_layers || !t->defined() || t->device() == be.device()) return;
+    const Tensor src = t->is_contiguous() ? *t : t->clone();
+    Tensor d;
+    try {
+      d = be.alloc(src.shape(), src.dtype());
+    } catch (const Error& e) {
+      throw Error(str_cat("text encoder weights: cannot place ", name, " ", shape_str(src.shape()), " on the ",
+                          be.name(), " backend: ", e.what()));
+    }
+    copies.push_back({.src = src, .dst = d});
+    *t = d;
+  });
+  be.copy_many(copies, progress);
+  return out;
 }
 
 }  // namespace magi2::qwen35

@@ -3,6 +3,7 @@
 // linear_attn | self_attn, post_attention_layernorm, mlp}, norm).
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,22 @@ struct TextWeights {
   /// rest stay unconverted. Missing, unexpected, wrong-shape and non-float
   /// tensors are reported together in one Error naming the checkpoint.
   static TextWeights bind(const Checkpoint& ckpt, const TextConfig& cfg, DType dtype, int num_layers_needed);
+
+  /// Tensors made by `make(name, shape, dtype)` for the first `num_layers`
+  /// layers of `cfg` (tests, benchmarks: e.g. random weights made on a device),
+  /// in the shapes and dtypes bind() gives: linear and conv weights in `dtype`
+  /// (conv1d as [C, K]), embed_tokens bf16, gains and DeltaNet scalars f32.
+  /// Later layers stay undefined (num_bound_layers = num_layers).
+  static TextWeights generate(const TextConfig& cfg, DType dtype, int num_layers,
+                              const std::function<Tensor(const std::string&, const Shape&, DType)>& make);
+
+  /// A copy whose compute tensors (embed_tokens, norm and every tensor of the
+  /// layers below num_bound_layers) live on `be`'s device, uploaded at once
+  /// with Backend::copy_many (`progress` gets bytes done / in all); the
+  /// unbound layers stay unconverted host views (never read). The CPU backend
+  /// gets `*this`. Error naming the tensor when the device cannot hold it.
+  TextWeights to_backend(const TextConfig& cfg, Backend& be,
+                         const std::function<void(size_t done, size_t total)>& progress = {}) const;
 };
 
 /// Expected tensor of the plain layout: name, shape (released in bf16).
