@@ -27,6 +27,7 @@ benches=$( [ -d bench ] && (cd bench && ls bench_*.cpp 2>/dev/null | sed 's/\.cp
 bash scripts/cuda_bundle.sh "$build" "$out" magi2 $tests $benches >/dev/null
 mkdir -p "$out/golden"
 cp -r ../shared/golden/dit_tiny "$out/golden/"
+cp -r ../shared/golden/qwen35_text_tiny "$out/golden/"  # test_cuda_text_encoder (4.5 MB)
 rm -rf "$out/fixtures" && cp -r tests/fixtures "$out/fixtures"
 [ -d ../shared/oracle ] && cp -r ../shared/oracle "$out/oracle"
 cat > "$out/device_run.sh" <<RUN
@@ -44,6 +45,9 @@ timeout \${MAGI2_BENCH_TIMEOUT:-400} ./run.sh ./magi2 bench \${MAGI2_BENCH_ARGS:
 # One 1080p refiner forward at the release width, 4 of its 30 layers (docs/refiner.md "On CUDA").
 timeout \${MAGI2_REFINER_BENCH_TIMEOUT:-150} ./run.sh ./magi2 bench --stage refiner --layers 4 --steps 2 --warmup 0 \
   --json "\$OUT/bench_refiner.json" 2>&1 | tee "\$OUT/bench_refiner.log"
+# The Qwen3.5-27B text encoder at the release widths, 4 of its 62 feature layers, 300 and 2000 tokens (docs/cuda.md).
+timeout \${MAGI2_TEXT_BENCH_TIMEOUT:-200} ./run.sh ./magi2 bench --stage text --layers 4 --steps 3 --warmup 1 \
+  --json "\$OUT/bench_text.json" 2>&1 | tee "\$OUT/bench_text.log"
 # FP8 routed experts, the whole model resident (docs/fp8.md); opt-in: MAGI2_FP8_BENCH=1 (about 2-3 minutes).
 if [ -n "\${MAGI2_FP8_BENCH:-}" ]; then
   timeout \${MAGI2_FP8_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --weights fp8-experts --full-model --steps 3 \
