@@ -16,8 +16,16 @@
 // reads nothing on the host. Shapes cuDNN cannot take (or a failed plan
 // build, reported once on stderr) run the fp32 kernel (attention.cu);
 // CudaOptions::attention "fp32" (--cuda-attention fp32) forces it.
+//
+// The text encoder's causal GQA attention (causal_attention_cudnn) uses the
+// same machinery: one sequence as ragged THD with the causal and padding
+// masks, K/V with their own (fewer) heads, no stats; its plans are keyed by
+// the length rounded up to a multiple of 256, the real length going in
+// through the device seq_len / offset tensors (causal_meta), so a new prompt
+// length rarely builds a plan.
 #include "cuda/attn_ops.h"
 #include "cuda/cuda_common.h"
+#include "cuda/text_ops.h"
 
 #if MAGI2_HAVE_CUDNN
 
@@ -58,10 +66,26 @@ struct Plan {
   }
 };
 
+/// A built causal GQA graph and its buffers (owned for the process).
+struct CausalPlan {
+  std::shared_ptr<fe::graph::Graph> graph;
+  void* workspace = nullptr;
+  int32_t* seq = nullptr;     ///< [1] the length
+  int64_t* off_q = nullptr;   ///< [2] element offsets into q and o
+  int64_t* off_kv = nullptr;  ///< [2] element offsets into k and v
+  ~CausalPlan() {
+    for (void* p : {workspace, static_cast<void*>(seq), static_cast<void*>(off_q), static_cast<void*>(off_kv)})
+      if (p) cudaFree(p);
+  }
+};
+
+using CausalKey = std::tuple<int64_t, int64_t, int64_t, int64_t, uint32_t>;  // s_max, H, Hkv, hd, scale
+
 struct State {
   std::mutex mu;
   cudnnHandle_t handle = nullptr;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;  // nullptr: cuDNN cannot run this shape
+  std::map<CausalKey, std::unique_ptr<CausalPlan>> causal_plans;  // likewise
 };
 
 State& state() {
@@ -80,6 +104,34 @@ T* device_alloc(size_t count) {
   return static_cast<T*>(p);
 }
 
+// A small device vector of the graph (lengths, ragged offsets): [n, 1, 1, 1].
+std::shared_ptr<fe::graph::Tensor_attributes> index_tensor(fe::graph::Graph& g, const char* name, int64_t uid,
+                                                           int64_t n, fe::DataType_t type) {
+  return g.tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({n, 1, 1, 1}).set_stride(
+      {1, 1, 1, 1}).set_data_type(type));
+}
+
+// Validates the graph and builds its plans; returns the workspace bytes.
+int64_t finish_graph(fe::graph::Graph& g, cudnnHandle_t handle) {
+  check_fe(g.validate(), "validate");
+  check_fe(g.build_operation_graph(handle), "build_operation_graph");
+  check_fe(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans");
+  check_fe(g.check_support(handle), "check_support");
+  check_fe(g.build_plans(handle), "build_plans");
+  int64_t ws = 0;
+  check_fe(g.get_workspace_size(ws), "get_workspace_size");
+  return ws;
+}
+
+// Throws when a plan would be built during stream capture (cudaMalloc is not capturable).
+void check_not_capturing(cudaStream_t s, const std::string& what) {
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+  if (cap != cudaStreamCaptureStatusNone)
+    throw Error(str_cat("CUDA backend: ", what,
+                        " was built before stream capture (run one eager forward of this request shape first)"));
+}
+
 std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const AttentionShape& a, float scale) {
   const int64_t b = a.nseq, h = a.h, s = a.max_len, d = a.hd;
   auto g = std::make_shared<fe::graph::Graph>();
@@ -87,8 +139,7 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const AttentionShape& a, 
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
   auto index = [&](const char* name, int64_t uid, int64_t n, fe::DataType_t type) {
-    return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({n, 1, 1, 1}).set_stride(
-        {1, 1, 1, 1}).set_data_type(type));
+    return index_tensor(*g, name, uid, n, type);
   };
   const std::vector<int64_t> dims = {b, h, s, d}, strides = {s * h * d, d, h * d, 1};
   auto thd = [&](const char* name, int64_t uid, int64_t off_uid) {
@@ -112,13 +163,7 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const AttentionShape& a, 
   stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({b, h, s, 1})
       .set_stride({s * h, 1, h, 1}).set_ragged_offset(index("ragged_offset_stats", kOffStats, b + 1,
                                                             fe::DataType_t::INT64));
-  check_fe(g->validate(), "validate");
-  check_fe(g->build_operation_graph(handle), "build_operation_graph");
-  check_fe(g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), "create_execution_plans");
-  check_fe(g->check_support(handle), "check_support");
-  check_fe(g->build_plans(handle), "build_plans");
-  int64_t ws = 0;
-  check_fe(g->get_workspace_size(ws), "get_workspace_size");
+  const int64_t ws = finish_graph(*g, handle);
   auto plan = std::make_unique<Plan>();
   plan->graph = g;
   plan->workspace = ws > 0 ? device_alloc<char>(static_cast<size_t>(ws)) : nullptr;
@@ -127,6 +172,14 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const AttentionShape& a, 
   plan->off_s = device_alloc<int64_t>(b + 1);
   plan->stats = device_alloc<float>(static_cast<size_t>(a.t * h));
   return plan;
+}
+
+// Creates the process's cuDNN handle on first use (the caller holds st.mu).
+void ensure_handle(State& st) {
+  if (!st.handle && cudnnCreate(&st.handle) != CUDNN_STATUS_SUCCESS) {
+    st.handle = nullptr;
+    throw Error("cudnnCreate failed");
+  }
 }
 
 /// The plan for this shape, built now if new (outside capture only); nullptr
@@ -139,18 +192,11 @@ Plan* plan_for(const AttentionShape& a, float scale, cudaStream_t s) {
   const PlanKey key{a.nseq, a.max_len, a.t, a.h, a.hd, sb};
   auto it = st.plans.find(key);
   if (it != st.plans.end()) return it->second.get();
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
-  if (cap != cudaStreamCaptureStatusNone)
-    throw Error(str_cat("CUDA backend: attention: no cuDNN plan for B=", a.nseq, ", max_seqlen=", a.max_len,
-                        ", T=", a.t, ", H=", a.h, ", hd=", a.hd,
-                        " was built before stream capture (run one eager forward of this request shape first)"));
+  check_not_capturing(s, str_cat("attention: no cuDNN plan for B=", a.nseq, ", max_seqlen=", a.max_len, ", T=", a.t,
+                                 ", H=", a.h, ", hd=", a.hd));
   std::unique_ptr<Plan> plan;
   try {
-    if (!st.handle && cudnnCreate(&st.handle) != CUDNN_STATUS_SUCCESS) {
-      st.handle = nullptr;
-      throw Error("cudnnCreate failed");
-    }
+    ensure_handle(st);
     plan = build_plan(st.handle, a, scale);
   } catch (const Error& e) {
     std::fprintf(stderr, "magi2: cuDNN attention unavailable for B=%lld max_seqlen=%lld H=%lld hd=%lld (%s); "
@@ -160,7 +206,81 @@ Plan* plan_for(const AttentionShape& a, float scale, cudaStream_t s) {
   return st.plans.emplace(key, std::move(plan)).first->second.get();
 }
 
+// One sequence of up to s_max tokens, ragged THD: q, o [1, H, s, hd] with token
+// stride H hd, k, v [1, Hkv, s, hd] with token stride Hkv hd; causal (top-left)
+// and padding masks, the length from the device seq tensor.
+std::unique_ptr<CausalPlan> build_causal_plan(cudnnHandle_t handle, int64_t s_max, int64_t h, int64_t hkv, int64_t d,
+                                              float scale) {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto thd = [&](const char* name, int64_t uid, int64_t heads, int64_t off_uid) {
+    auto off = index_tensor(*g, "ragged_offset", off_uid, 2, fe::DataType_t::INT64);
+    return g->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({1, heads, s_max, d})
+                         .set_stride({s_max * heads * d, d, heads * d, 1}).set_ragged_offset(off));
+  };
+  auto q = thd("Q", kQ, h, kOffQ), k = thd("K", kK, hkv, kOffK), v = thd("V", kV, hkv, kOffV);
+  auto seq = index_tensor(*g, "seq", kSeqQ, 1, fe::DataType_t::INT32);
+  auto seq_kv = index_tensor(*g, "seq_kv", kSeqKv, 1, fe::DataType_t::INT32);
+  auto opts = fe::graph::SDPA_attributes()
+                  .set_name("causal_sdpa")
+                  .set_generate_stats(false)
+                  .set_attn_scale(scale)
+                  .set_causal_mask(true)
+                  .set_padding_mask(true)
+                  .set_seq_len_q(seq)
+                  .set_seq_len_kv(seq_kv);
+  auto [o, stats] = g->sdpa(q, k, v, opts);
+  (void)stats;
+  o->set_output(true).set_uid(kO).set_dim({1, h, s_max, d}).set_stride({s_max * h * d, d, h * d, 1})
+      .set_ragged_offset(index_tensor(*g, "ragged_offset_o", kOffO, 2, fe::DataType_t::INT64));
+  const int64_t ws = finish_graph(*g, handle);
+  auto plan = std::make_unique<CausalPlan>();
+  plan->graph = g;
+  plan->workspace = ws > 0 ? device_alloc<char>(static_cast<size_t>(ws)) : nullptr;
+  plan->seq = device_alloc<int32_t>(1);
+  plan->off_q = device_alloc<int64_t>(2);
+  plan->off_kv = device_alloc<int64_t>(2);
+  return plan;
+}
+
 }  // namespace
+
+bool causal_attention_cudnn(const CausalAttentionParams& p, int64_t t, int64_t h, int64_t hkv, int64_t hd,
+                            cudaStream_t s) {
+  const int64_t s_max = (t + 255) / 256 * 256;
+  uint32_t sb;
+  std::memcpy(&sb, &p.scale, sizeof sb);
+  const CausalKey key{s_max, h, hkv, hd, sb};
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  auto it = st.causal_plans.find(key);
+  if (it == st.causal_plans.end()) {
+    check_not_capturing(s, str_cat("causal_attention: no cuDNN plan for max length ", s_max, ", H=", h, ", Hkv=", hkv,
+                                   ", hd=", hd));
+    std::unique_ptr<CausalPlan> plan;
+    try {
+      ensure_handle(st);
+      plan = build_causal_plan(st.handle, s_max, h, hkv, hd, p.scale);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "magi2: cuDNN causal attention unavailable for max length %lld H=%lld Hkv=%lld hd=%lld (%s); "
+                   "using our kernel\n", static_cast<long long>(s_max), static_cast<long long>(h),
+                   static_cast<long long>(hkv), static_cast<long long>(hd), e.what());
+    }
+    it = st.causal_plans.emplace(key, std::move(plan)).first;
+  }
+  CausalPlan* plan = it->second.get();
+  if (!plan) return false;
+  causal_meta(t, h * hd, hkv * hd, plan->seq, plan->off_q, plan->off_kv, s);
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, p.q.data()},        {kK, p.k.data()},         {kV, p.v.data()},         {kO, p.o.data()},
+      {kSeqQ, plan->seq},      {kSeqKv, plan->seq},      {kOffQ, plan->off_q},     {kOffK, plan->off_kv},
+      {kOffV, plan->off_kv},   {kOffO, plan->off_q}};
+  if (cudnnSetStream(st.handle, s) != CUDNN_STATUS_SUCCESS) throw Error("cuDNN: cudnnSetStream failed");
+  check_fe(plan->graph->execute(st.handle, pack, plan->workspace), "execute");
+  return true;
+}
 
 void attention(const AttentionParams& p, cudaStream_t s, bool fp32_only) {
   const AttentionShape a = check_attention(p);
@@ -189,6 +309,9 @@ void attention(const AttentionParams& p, cudaStream_t s, bool fp32_only) {
 
 namespace magi2::cuda {
 void attention(const AttentionParams& p, cudaStream_t s, bool) { attention_fp32(p, s); }
+bool causal_attention_cudnn(const CausalAttentionParams&, int64_t, int64_t, int64_t, int64_t, cudaStream_t) {
+  return false;
+}
 }  // namespace magi2::cuda
 
 #endif

@@ -190,7 +190,9 @@ class CudaBackend final : public Backend {
   void gated_delta_rule(const GatedDeltaRuleParams& p) override { cuda::gated_delta_rule(p, stream_); }
   void gated_rms_norm(const GatedRmsNormParams& p) override { cuda::gated_rms_norm(p, stream_); }
   void rotary(const RotaryParams& p) override { cuda::rotary(p, stream_); }
-  void causal_attention(const CausalAttentionParams& p) override { cuda::causal_attention(p, stream_); }
+  void causal_attention(const CausalAttentionParams& p) override {
+    cuda::causal_attention(p, stream_, attention_fp32_);
+  }
   void sigmoid_mul(const SigmoidMulParams& p) override { cuda::sigmoid_mul(p, stream_); }
   void silu_mul(const SiluMulParams& p) override { cuda::silu_mul(p, stream_); }
 

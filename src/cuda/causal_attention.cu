@@ -11,6 +11,8 @@
 // score keys j = lane (mod 32) of a block, lane 0 sums the block's p in order,
 // and lane l accumulates head dims l, l + 32, ... over the keys in order.
 // Consecutive warps take consecutive queries of one head (K/V reuse in cache).
+// The backend's causal_attention prefers cuDNN SDPA for bf16 (text_ops.h);
+// this kernel is the fallback, the fp32 path and the bit-exact oracle.
 #include <cstdint>
 
 #include "cuda/cuda_common.h"
@@ -101,13 +103,32 @@ __global__ void __launch_bounds__(32 * kWarps) causal_attention_kernel(CausalArg
   }
 }
 
+__global__ void causal_meta_kernel(int64_t t, int64_t q_elems, int64_t kv_elems, int32_t* seq, int64_t* off_q,
+                                   int64_t* off_kv) {
+  seq[0] = static_cast<int32_t>(t);
+  off_q[0] = 0;
+  off_q[1] = t * q_elems;
+  off_kv[0] = 0;
+  off_kv[1] = t * kv_elems;
+}
+
 }  // namespace
 
-void causal_attention(const CausalAttentionParams& p, cudaStream_t s) {
+void causal_meta(int64_t t, int64_t q_elems, int64_t kv_elems, int32_t* seq, int64_t* off_q, int64_t* off_kv,
+                 cudaStream_t s) {
+  causal_meta_kernel<<<1, 1, 0, s>>>(t, q_elems, kv_elems, seq, off_q, off_kv);
+  MAGI2_CUDA_CHECK_LAUNCH("causal_attention metadata");
+}
+
+void causal_attention(const CausalAttentionParams& p, cudaStream_t s, bool own_kernel_only) {
   const CausalAttentionDims d = check_causal_attention(p, Device::CUDA);
+  if (d.t == 0 || d.hd == 0) return;
+  const bool cudnn_shape = p.q.dtype() == DType::BF16 && p.q.is_contiguous() && p.k.is_contiguous() &&
+                           p.v.is_contiguous() && p.o.is_contiguous() && d.hd % 8 == 0 && d.hd <= 256 &&
+                           d.t <= (int64_t{1} << 30) / (d.h * d.hd);
+  if (!own_kernel_only && cudnn_shape && causal_attention_cudnn(p, d.t, d.h, d.hkv, d.hd, s)) return;
   MAGI2_CHECK(d.hd <= 32 * kMaxDimsPerLane, "causal_attention: the CUDA kernel takes head dims up to ",
               32 * kMaxDimsPerLane, ", got ", d.hd);
-  if (d.t == 0 || d.hd == 0) return;
   CausalArgs a;
   a.q = p.q.data(), a.k = p.k.data(), a.v = p.v.data(), a.o = p.o.data();
   a.ldq = p.q.row_stride(), a.ldk = p.k.row_stride(), a.ldv = p.v.row_stride(), a.ldo = p.o.row_stride();
