@@ -323,9 +323,12 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
                        cuda ? "CUDA libraries 512 MiB + GEMM 32 MiB + MoE plan + attention stats + allocator rounding"
                             : "the CPU attention's fp32 K/V copies",
                        ")");
+  // --text-encoder-device auto puts the text encoder on the DiT's backend (its weights uploaded there).
+  const bool te_gpu = cuda && s.opt.text_encoder_device == "auto";
   if (s.te && p.text_features.empty()) {
-    StageMemory te{.name = "text_encoder", .backend = "cpu", .pool = MemoryPool::Host, .weights = s.te_weights,
-                   .weights_mapped = s.te_mapped};
+    StageMemory te{.name = "text_encoder", .backend = te_gpu ? "cuda" : "cpu",
+                   .pool = te_gpu ? MemoryPool::Device : MemoryPool::Host, .weights = s.te_weights,
+                   .weights_mapped = !te_gpu && s.te_mapped};
     te.activations = text_activations(s.te_cfg, std::max(m.prompt_tokens, m.negative_tokens));
     te.source = "weights: the layers up to hidden_states[-3] in bf16; activations: formula (one layer's buffers)";
     m.stages.push_back(te);
@@ -378,7 +381,8 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
     m.stages.push_back(au);
   }
 
-  // Residency: the text encoder shares the host with a CPU DiT; when both do
+  // Residency: the text encoder shares a pool with the DiT (the host with a
+  // CPU DiT, the GPU with --text-encoder-device auto on CUDA); when both do
   // not fit together but each phase fits alone, the text encoder is freed
   // before the DiT loads and the other way round (Engine).
   const StageMemory* te = m.stage("text_encoder");
@@ -431,7 +435,9 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
     }
   };
   build(Residency::Together);
-  if (te && !cuda && budget > 0 && m.peak_host > budget) build(Residency::Sequential);
+  // Sequential when the text encoder and the DiT share a pool that cannot hold both.
+  if (te && budget > 0 && (cuda ? te_gpu && m.peak_device > budget : m.peak_host > budget))
+    build(Residency::Sequential);
   const uint64_t need = m.peak_in_budget_pool();
   m.fits = budget == 0 || need <= budget;
   if (!m.fits) {

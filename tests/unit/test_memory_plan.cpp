@@ -111,6 +111,31 @@ TEST(MemoryPlan, TextEncoderAndDitAreNotResidentTogetherWhenTheyDoNotFit) {
   EXPECT_TRUE(dit_on) << trace;
 }
 
+// --text-encoder-device auto on CUDA (planned here without a GPU): the text
+// encoder lives on the device beside the DiT, and residency turns sequential
+// when both do not fit the GPU budget; with "cpu" it stays on the host.
+TEST(MemoryPlan, TextEncoderOnTheGpuSharesItsBudget) {
+  const std::string dir = test::temp_dir("memplan_te_gpu");
+  EngineOptions o = tiny_options();
+  o.device = "cuda";
+  const GenerateParams a = small_request(dir, "a");
+  const MemoryPlan host = MemoryPlanner(o, "cuda").plan(a, 0, "none");
+  ASSERT_NE(host.stage("text_encoder"), nullptr);
+  EXPECT_EQ(host.stage("text_encoder")->pool, MemoryPool::Host);
+  o.text_encoder_device = "auto";
+  MemoryPlanner planner(o, "cuda");
+  const MemoryPlan together = planner.plan(a, 0, "none");
+  const StageMemory* te = together.stage("text_encoder");
+  const StageMemory* dit = together.stage("dit");
+  ASSERT_TRUE(te && dit);
+  EXPECT_EQ(te->pool, MemoryPool::Device);
+  EXPECT_EQ(te->backend, "cuda");
+  EXPECT_EQ(together.residency, Residency::Together);
+  const MemoryPlan seq = planner.plan(a, dit->total() + te->weights / 2, "test");
+  EXPECT_TRUE(seq.fits) << seq.text();
+  EXPECT_EQ(seq.residency, Residency::Sequential) << seq.text();
+}
+
 TEST(MemoryPlan, DitStaysResidentAcrossSamplesWithinTheBudget) {
   const std::string dir = test::temp_dir("memplan_together");
   Engine engine(tiny_options());  // budget: the host's RAM
