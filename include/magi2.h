@@ -42,6 +42,9 @@ typedef struct {
   /* CUDA attention kernel: "auto" (default: cuDNN where it applies) or "fp32"
      (always the fp32 kernel); the CLI's --cuda-attention. */
   const char* cuda_attention;
+  /* Where the Qwen3.5 text encoder runs: "cpu" (default, the reference
+     backend) or "auto" (the `device` backend); the CLI's --text-encoder-device. */
+  const char* text_encoder_device;
 } magi2_engine_options;
 
 /* One request. Strings may be NULL (= unset); outputs left NULL are not written. */

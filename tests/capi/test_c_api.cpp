@@ -47,6 +47,7 @@ TEST(CApi, GeneratesTheCliClipAndCancels) {
   EXPECT_NE(std::string(magi2_last_error()).find("--router-bias"), std::string::npos);
   o.router_bias = "ema";
   o.cuda_attention = "fp32";  // ignored on the CPU backend, valid everywhere
+  o.text_encoder_device = "cpu";  // the CLI's default, so the digests below match the CLI's
   ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_OK) << magi2_last_error();
 
   magi2_generate_params p;

@@ -2,7 +2,7 @@
 // forward, bench, serve; docs/fp8.md), `--router-bias` (generate, refine,
 // forward, inspect, serve) and `--cuda-attention` (generate, refine, forward,
 // bench, serve; docs/cuda.md), `--text-encoder-device` (generate, refine,
-// encode-text). Each has its MAGI2_* env mirror here, so the
+// encode-text, serve). Each has its MAGI2_* env mirror here, so the
 // library itself reads no environment.
 #pragma once
 
