@@ -37,6 +37,9 @@ void mhc_pre(const MhcPreParams& p);            // mhc.cpp
 void mhc_post_res(const MhcPostResParams& p);   // mhc.cpp
 void moe_route(const MoeRouteParams& p);        // moe.cpp
 void moe_experts(const MoeExpertsParams& p);    // moe.cpp
+/// The W8A8 routed experts (MoeExpertsParams::fp8_compute) on params that
+/// moe_experts has checked (FP8 banks, valid expert ids). moe_w8a8.cpp.
+void moe_experts_w8a8(const MoeExpertsParams& p);
 void conv1d(const Conv1dParams& p);                     // conv1d.cpp
 void conv_transpose1d(const ConvTranspose1dParams& p);  // conv1d.cpp
 void snake_beta(const SnakeBetaParams& p);              // conv1d.cpp

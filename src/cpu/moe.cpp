@@ -8,6 +8,7 @@
 
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/moe_routes.h"
 #include "ops/fp8_blocks.h"
 #include "ops/numerics.h"
 
@@ -111,53 +112,41 @@ struct Fp8Bank {
   }
 };
 
+// One thread's expert state for combine_routed_experts, the banks read through
+// `Bank`: G = x W_gate[f], U = x W_up[f] (fp32), Z = bf16(SwiGLU7(G, U)),
+// Y = Z W_down[f] (fp32).
+template <typename Bank>
+struct Bf16Expert {
+  const Bank &wg, &wu, &wd;
+  int64_t dh, de;
+  std::vector<float> g, u, z;
+  const float* x = nullptr;
+  Bf16Expert(const Bank& g_, const Bank& u_, const Bank& d_, int64_t dh_, int64_t de_)
+      : wg(g_), wu(u_), wd(d_), dh(dh_), de(de_), g(de_), u(de_), z(de_) {}
+  void row(const float* xr) { x = xr; }
+  void route(int64_t f, float* y) {
+    std::fill(g.begin(), g.end(), 0.f);
+    std::fill(u.begin(), u.end(), 0.f);
+    for (int64_t d = 0; d < dh; ++d) {
+      const float xd = x[d];
+      for (int64_t c = 0; c < de; ++c) {
+        g[c] += xd * wg(f, d, c);
+        u[c] += xd * wu(f, d, c);
+      }
+    }
+    for (int64_t c = 0; c < de; ++c) z[c] = round_bf16(expert_swiglu7_f32(g[c], u[c]));
+    std::fill(y, y + dh, 0.f);
+    for (int64_t c = 0; c < de; ++c) {
+      const float zc = z[c];
+      for (int64_t d = 0; d < dh; ++d) y[d] += zc * wd(f, c, d);
+    }
+  }
+};
+
 // The routed experts of every (token, head) with the banks read through `Bank`.
 template <typename Bank>
-void run_experts(const MoeExpertsParams& p, int64_t t, int64_t dh, int64_t de, const Bank& wg, const Bank& wu,
-                 const Bank& wd) {
-  const int mh = p.num_heads, ne = p.num_experts, k = p.top_k;
-#pragma omp parallel
-  {
-    std::vector<float> x(dh), g(de), u(de), z(de), y(dh), sum(dh);
-    std::vector<std::pair<int, int>> routes(k);
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t n = 0; n < t; ++n)
-      for (int h = 0; h < mh; ++h) {
-        const uint16_t* r = reinterpret_cast<const uint16_t*>(row_ptr(p.r, n)) + h * dh;
-        for (int64_t d = 0; d < dh; ++d) x[d] = bf16_bits_to_f32(r[d]);
-        const int64_t base = (static_cast<int64_t>(h) * t + n) * k;
-        for (int j = 0; j < k; ++j) routes[j] = {p.idx.data_as<int32_t>()[base + j], j};
-        // Combination order = ascending expert id (CSR order of the official scatter-back).
-        std::sort(routes.begin(), routes.end());
-        std::fill(sum.begin(), sum.end(), 0.f);
-        for (const auto& [e, j] : routes) {
-          const int64_t f = static_cast<int64_t>(h) * ne + e;
-          std::fill(g.begin(), g.end(), 0.f);
-          std::fill(u.begin(), u.end(), 0.f);
-          for (int64_t d = 0; d < dh; ++d) {
-            const float xd = x[d];
-            for (int64_t c = 0; c < de; ++c) {
-              g[c] += xd * wg(f, d, c);
-              u[c] += xd * wu(f, d, c);
-            }
-          }
-          for (int64_t c = 0; c < de; ++c) {
-            float gc = g[c] > 7.0f ? 7.0f : g[c];
-            float uc = u[c] > 7.0f ? 7.0f : (u[c] < -7.0f ? -7.0f : u[c]);
-            z[c] = round_bf16((gc * sigmoid_f32(1.702f * gc)) * (uc + 1.0f));
-          }
-          std::fill(y.begin(), y.end(), 0.f);
-          for (int64_t c = 0; c < de; ++c) {
-            const float zc = z[c];
-            for (int64_t d = 0; d < dh; ++d) y[d] += zc * wd(f, c, d);
-          }
-          const float w = p.weight.data_as<float>()[base + j];
-          for (int64_t d = 0; d < dh; ++d) sum[d] += round_bf16(y[d] * w);
-        }
-        uint16_t* o = reinterpret_cast<uint16_t*>(row_ptr(p.out, n)) + h * dh;
-        for (int64_t d = 0; d < dh; ++d) o[d] = f32_to_bf16_bits(sum[d]);
-      }
-  }
+void run_experts(const MoeExpertsParams& p, int64_t dh, int64_t de, const Bank& wg, const Bank& wu, const Bank& wd) {
+  combine_routed_experts(p, [&] { return Bf16Expert<Bank>(wg, wu, wd, dh, de); });
 }
 
 }  // namespace
@@ -194,11 +183,13 @@ void moe_experts(const MoeExpertsParams& p) {
     const int32_t e = p.idx.data_as<int32_t>()[i];
     MAGI2_CHECK(e >= 0 && e < ne, "moe_experts.idx: expert index ", e, " out of range [0, ", ne, ")");
   }
-  if (fp8) {
-    run_experts(p, t, dh, de, Fp8Bank(p.w_gate, p.w_gate_scale), Fp8Bank(p.w_up, p.w_up_scale),
+  if (fp8 && p.fp8_compute == Fp8Compute::W8A8) {
+    moe_experts_w8a8(p);
+  } else if (fp8) {
+    run_experts(p, dh, de, Fp8Bank(p.w_gate, p.w_gate_scale), Fp8Bank(p.w_up, p.w_up_scale),
                 Fp8Bank(p.w_down, p.w_down_scale));
   } else {
-    run_experts(p, t, dh, de, Bf16Bank{p.w_gate.data_as<uint16_t>(), dh, de},
+    run_experts(p, dh, de, Bf16Bank{p.w_gate.data_as<uint16_t>(), dh, de},
                 Bf16Bank{p.w_up.data_as<uint16_t>(), dh, de}, Bf16Bank{p.w_down.data_as<uint16_t>(), de, dh});
   }
 }

@@ -13,6 +13,8 @@
 // accumulation and one bf16 rounding, as the CPU reference. It differs from
 // the reference only in the GEMM's fp32 summation order and in G/U being
 // rounded to bf16 before SwiGLU7 (the tests bound it by bf16 tolerances).
+// FP8 banks with fp8_compute = W8A8 leave after the sort for the W8A8 pass
+// (moe_w8a8.h: quantising gather, FP8 grouped GEMMs) and share the combine.
 #include <algorithm>
 #include <cstdint>
 
@@ -20,6 +22,7 @@
 #include "cuda/device_fp.cuh"
 #include "cuda/mhc_moe.h"
 #include "cuda/moe_gemm.h"
+#include "cuda/moe_w8a8.h"
 #include "ops/numerics.h"
 
 namespace magi2::cuda {
@@ -238,6 +241,16 @@ unsigned grid_of(int64_t work, int threads) {
   return static_cast<unsigned>(b > 0 ? b : 1);
 }
 
+// The deterministic combine of the W2 output y [R, DH] fp32 into prm.out.
+void launch_combine(const MoeExpertsParams& prm, const float* y, const int32_t* pos, cudaStream_t s) {
+  const int mh = prm.num_heads, k = prm.top_k;
+  const int64_t t = prm.r.size(0), dh = prm.r.size(1) / mh;
+  expert_combine<<<grid_of(t * mh, 8), 256, 0, s>>>(y, static_cast<const int32_t*>(prm.idx.data()),
+                                                     static_cast<const float*>(prm.weight.data()), pos, t, mh, k, dh,
+                                                     static_cast<uint16_t*>(prm.out.data()), prm.out.row_stride());
+  MAGI2_CUDA_CHECK_LAUNCH("moe_experts combine");
+}
+
 }  // namespace
 
 struct MoeExpertsRunner::Plan {
@@ -246,6 +259,8 @@ struct MoeExpertsRunner::Plan {
   int64_t max_rows = 0;
   std::shared_ptr<void> cnt, total, offsets, pos, src, xp, hbuf, y;
   std::shared_ptr<void> wdq;  // FP8 experts: two dequantised bf16 banks [F, DH, DE], made on the first FP8 call
+  std::unique_ptr<MoeW8a8> w8a8;  // FP8 experts with --fp8-compute w8a8: made on the first such call
+  size_t xp_bytes = 0, hbuf_bytes = 0;
   std::unique_ptr<ExpertGemm> w13, w2;
 };
 
@@ -285,7 +300,9 @@ void MoeExpertsRunner::plan(int64_t t, int mh, int ne, int k, int64_t dh, int64_
   p->pos = get(p->max_rows, 4);
   p->src = get(p->max_rows, 4);
   p->xp = get(p->max_rows * dh, 2);
+  p->xp_bytes = static_cast<size_t>(p->max_rows * dh) * 2;
   p->hbuf = get(p->max_rows * 2 * de, 2);
+  p->hbuf_bytes = static_cast<size_t>(p->max_rows * 2 * de) * 2;  // the W8A8 pass borrows these two
   p->y = get(p->max_rows * dh, 4);
 #if MAGI2_HAVE_CUTLASS
   p->w13 = make_expert_gemm_bf16({.experts = static_cast<int>(nf), .parts = 2, .n = de, .k = dh, .lda = dh,
@@ -316,6 +333,20 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
   route_scatter<<<sort_grid, kChunk, 0, s>>>(idx, routes, k, mh, ne, p.chunks, i32(p.cnt), i32(p.offsets),
                                                i32(p.pos), i32(p.src));
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts route order");
+  if (prm.w_gate.dtype() == DType::F8E4M3 && prm.fp8_compute == Fp8Compute::W8A8) {
+    if (!p.w8a8) {
+      cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+      MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
+      MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no W8A8 workspace planned; run one eager "
+                                                     "forward before capturing a CUDA graph");
+      p.w8a8 = std::make_unique<MoeW8a8>(nf, p.max_rows, dh, de, LentBuffer{p.xp.get(), p.xp_bytes},
+                                         LentBuffer{p.hbuf.get(), p.hbuf_bytes}, alloc_);
+    }
+    p.w8a8->run(prm, i32(p.offsets), i32(p.src), static_cast<float*>(p.y.get()), s, mark);
+    launch_combine(prm, static_cast<const float*>(p.y.get()), i32(p.pos), s);
+    if (mark) mark(4);
+    return;
+  }
   const auto* r = static_cast<const uint16_t*>(prm.r.data());
   const bool vec = reinterpret_cast<uintptr_t>(r) % 16 == 0 && prm.r.row_stride() % 8 == 0 && dh % 8 == 0;
   route_gather<<<grid_of(p.max_rows * 32, 256), 256, 0, s>>>(r, prm.r.row_stride(), mh, dh, i32(p.src),
@@ -364,11 +395,7 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
   const void* b2[1] = {fp8 ? dq0 : prm.w_down.data()};
   p.w2->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s);
   if (mark) mark(3);
-  expert_combine<<<grid_of(t * mh, 8), 256, 0, s>>>(static_cast<const float*>(p.y.get()), idx,
-                                                     static_cast<const float*>(prm.weight.data()), i32(p.pos), t, mh,
-                                                     k, dh, static_cast<uint16_t*>(prm.out.data()),
-                                                     prm.out.row_stride());
-  MAGI2_CUDA_CHECK_LAUNCH("moe_experts combine");
+  launch_combine(prm, static_cast<const float*>(p.y.get()), i32(p.pos), s);
   if (mark) mark(4);
 }
 

@@ -56,6 +56,10 @@ struct EngineOptions {
   /// MAGI2_ROUTER_BIAS_SOURCE]: "ema" (router.expert_bias_ema, as the official
   /// loader) or "main" (router.expert_bias; a diagnostic). DitWeights::router_bias_from_ema.
   std::string router_bias = "ema";
+  /// How FP8 routed experts compute [--fp8-compute, env MAGI2_FP8_COMPUTE]:
+  /// "w8a16" (bf16 activations, the default) or "w8a8" (e4m3 activations in
+  /// 1 x 128 groups); both backends. DitWeights::fp8_compute, docs/fp8.md.
+  std::string fp8_compute = "w8a16";
   /// Kernel choices of the CUDA backend (--cuda-attention); ignored on the CPU.
   CudaOptions cuda;
   /// Prompt enhancement for requests with GenerateParams::enhance_prompt: the

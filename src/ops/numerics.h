@@ -171,6 +171,36 @@ constexpr float kE4m3Max = 448.0f;
 /// value is what both backends multiply by.
 MAGI2_HD float fp8_dequant_f32(uint8_t q, float scale) { return e4m3_bits_to_f32(q) * scale; }
 
+/// The activation group of the W8A8 expert path (docs/fp8.md): one fp32 scale
+/// per row and per 128 consecutive elements along K (1 x 128, DeepSeek-V3's
+/// act_quant / the common per_token_group_quant_fp8); the last group of a row
+/// whose width is not a multiple of 128 is shorter.
+constexpr int kFp8ActGroup = 128;
+
+/// One step of a group's amax: max(m, |v|) with NaN sticky (a NaN element makes
+/// the group's scale NaN, so the NaN reaches the GEMM output as in bf16). Order
+/// independent, so a warp reduction gives the host loop's value bit for bit.
+MAGI2_HD float fp8_amax_step(float m, float v) {
+  const float a = v < 0.0f ? -v : v;
+  if (m != m) return m;
+  return (a > m || a != a) ? a : m;
+}
+
+/// The dequantisation scale of an activation group from its amax: amax / 448
+/// (fp32 division, RNE), 1 for an all-zero group (as the weight quantiser;
+/// its values are all 0 either way).
+MAGI2_HD float fp8_act_scale(float amax) { return amax == 0.0f ? 1.0f : amax / kE4m3Max; }
+
+/// One activation element quantised with its group's scale: e4m3(v / scale),
+/// fp32 division (RNE) then the saturating e4m3 rounding (|v / scale| can
+/// exceed 448 by an ulp after the scale's rounding: it saturates to 448).
+MAGI2_HD uint8_t fp8_act_quant(float v, float scale) { return f32_to_e4m3_bits(v / scale); }
+
+/// The factor a W8A8 K-block's fp32 partial sum is multiplied by before it is
+/// added to the fp32 accumulator: a_scale * w_scale, one fp32 rounding (the
+/// order of CUTLASS's sm90 blockwise-scaled mainloop: acc += partial * (sa * sb)).
+MAGI2_HD float fp8_block_scale(float a_scale, float w_scale) { return a_scale * w_scale; }
+
 /// True when the fp32 bit pattern is not a finite number (NaN or +-inf); safe
 /// under any floating-point flags since it looks only at the exponent bits.
 MAGI2_HD bool is_nonfinite_bits(uint32_t bits) { return (bits & 0x7f800000u) == 0x7f800000u; }

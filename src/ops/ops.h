@@ -301,6 +301,15 @@ struct MoeRouteParams {
 /// FP8 experts (W8A16, docs/fp8.md): the three banks are F8E4M3 with their
 /// `_scale_inv` block scales (ops/fp8_blocks.h); every weight is then used as
 /// bf16(q * scale), so the result equals the bf16 op on those dequantised banks.
+/// With fp8_compute = W8A8 the activations are FP8 too: the gathered rows r and
+/// Z are quantised to e4m3 per 1 x 128 group along K (ops/numerics.h
+/// fp8_act_scale / fp8_act_quant), and each GEMM output is the sum over its
+/// K-blocks of (the fp32 sum of e4m3 x e4m3 products) * (a_scale * w_scale),
+/// fp32 accumulation; the other rounding points are W8A16's. Ignored for bf16 banks.
+enum class Fp8Compute {
+  W8A16,  ///< FP8 weights, bf16 activations (default)
+  W8A8,   ///< FP8 weights and FP8 activations (1 x 128 groups)
+};
 struct MoeExpertsParams {
   Tensor r;
   Tensor w_gate, w_up, w_down;
@@ -311,6 +320,7 @@ struct MoeExpertsParams {
   int num_heads = 0;
   int num_experts = 0;
   int top_k = 0;
+  Fp8Compute fp8_compute = Fp8Compute::W8A16;  ///< FP8 banks only (--fp8-compute)
 };
 
 /// out[:, col_begin : col_begin + src.cols] = src (f32, 2-D, row-strided ok):

@@ -33,9 +33,10 @@ std::string tiny_env() {
   return env;
 }
 
-CliRun magi2_env(const std::string& args) {
+// `magi2 ARGS` with the private cache and `env` ("NAME=value ..." assignments) prepended.
+CliRun magi2_env(const std::string& args, const std::string& env = "") {
   CliRun r;
-  r.rc = run_command(tiny_env() + magi2_binary() + " " + args, &r.out);
+  r.rc = run_command(tiny_env() + env + " " + magi2_binary() + " " + args, &r.out);
   return r;
 }
 
@@ -108,6 +109,11 @@ TEST(Quantize, TinyModelFolderThenFp8Generate) {
   // --weights bf16 on the FP8 folder dequantises: the same latents as bf16 banks bf16(q * scale).
   ASSERT_EQ(magi2_env("generate --model " + q + " --weights bf16" + common + dir + "/qb.safetensors").rc, 0);
   EXPECT_EQ(slurp(dir + "/q.safetensors"), slurp(dir + "/qb.safetensors"));
+  // --fp8-compute w8a8 (docs/fp8.md): e4m3 activations too; other latents, the same through the env mirror.
+  ASSERT_EQ(magi2_env("generate --model " + q + " --fp8-compute w8a8" + common + dir + "/w8.safetensors").rc, 0);
+  ASSERT_EQ(magi2_env("generate --model " + q + common + dir + "/w8e.safetensors", "MAGI2_FP8_COMPUTE=w8a8").rc, 0);
+  EXPECT_NE(slurp(dir + "/q.safetensors"), slurp(dir + "/w8.safetensors"));
+  EXPECT_EQ(slurp(dir + "/w8.safetensors"), slurp(dir + "/w8e.safetensors"));
 
   // Errors: one line each, nothing written.
   expect_one_line_error(magi2_env("quantize " + src + " " + q), "already exists");
@@ -116,6 +122,8 @@ TEST(Quantize, TinyModelFolderThenFp8Generate) {
   expect_one_line_error(magi2_env("quantize " + src + " " + src + "/inside"), "must not be inside");
   expect_one_line_error(magi2_env("generate --model " + src + " --weights fp4" + common + dir + "/x.safetensors"),
                         "--weights");
+  expect_one_line_error(magi2_env("generate --model " + q + " --fp8-compute w4a8" + common + dir + "/x.safetensors"),
+                        "--fp8-compute");
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "cuda/mhc_moe.h"
 #include "cuda_fixture.h"
 #include "models/magi2_refiner/tokens.h"
+#include "ops/fp8_blocks.h"
 #include "ops/numerics.h"
 #include "pipeline/flow_unipc.h"
 
@@ -343,6 +344,32 @@ OpEntry moe_experts_entry(int64_t t, int64_t dh, int64_t de, int mh, int ne, int
           }};
 }
 
+// FP8 routed experts computed as W8A8 (docs/fp8.md): the same inputs as
+// moe_experts_entry with the banks block-quantised on the host. Tolerance of
+// test_cuda_fp8_w8a8.cpp (G/U rounded to bf16 on the device can move a Z
+// element across an e4m3 rounding boundary, one e4m3 step of that element).
+OpEntry moe_experts_w8a8_entry(int64_t t, int64_t dh, int64_t de, int mh, int ne, int k) {
+  const std::string s = std::to_string(t) + " tokens, " + std::to_string(mh) + " heads x " + std::to_string(ne) +
+                        " experts, " + std::to_string(dh) + " -> " + std::to_string(de) + ", top-" +
+                        std::to_string(k) + ", FP8 W8A8";
+  const double flops = 6.0 * static_cast<double>(t * mh * k) * static_cast<double>(dh * de);
+  return {"moe_experts", s, rel_rms(3e-2, 0.08, true), flops, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            const float a = 5.2f / std::sqrt(static_cast<float>(dh)), c = 1.47f / std::sqrt(static_cast<float>(de));
+            Tensor r = b.in(b.uniform({t, mh * dh}, kBf16, -1.4f, 1.4f));
+            const Fp8Blocks wg = quantize_fp8_blocks(b.uniform({mh * ne, dh, de}, kBf16, -a, a), "W_gate");
+            const Fp8Blocks wu = quantize_fp8_blocks(b.uniform({mh * ne, dh, de}, kBf16, -a, a), "W_up");
+            const Fp8Blocks wd = quantize_fp8_blocks(b.uniform({mh * ne, de, dh}, kBf16, -c, c), "W_down");
+            Tensor idx = b.in(routing(b, mh, t, ne, k)), w = b.in(b.uniform({mh, t, k}, kF32, 0.1f, 1.5f));
+            const MoeExpertsParams p{.r = r, .w_gate = b.in(wg.q), .w_up = b.in(wu.q), .w_down = b.in(wd.q),
+                                     .w_gate_scale = b.in(wg.scale_inv), .w_up_scale = b.in(wu.scale_inv),
+                                     .w_down_scale = b.in(wd.scale_inv), .idx = idx, .weight = w,
+                                     .out = b.out({t, mh * dh}, kBf16), .num_heads = mh, .num_experts = ne,
+                                     .top_k = k, .fp8_compute = Fp8Compute::W8A8};
+            return b.done([&be, p] { be.moe_experts(p); });
+          }};
+}
+
 /// The sampler ops (spec pipeline §4-5) on latents of n f32 elements; every one bit-exact.
 std::vector<OpEntry> sampler_entries(int64_t n, const std::string& what) {
   std::vector<OpEntry> e;
@@ -527,6 +554,7 @@ std::vector<OpEntry> backend_op_table() {
   t.push_back(moe_experts_entry(127, 64, 64, 4, 16, 4));
   t.push_back(moe_experts_entry(200, 256, 1280, 2, 16, 6));
   t.push_back(moe_experts_entry(2048, 256, 1280, 2, 16, 6));
+  t.push_back(moe_experts_w8a8_entry(200, 256, 1280, 2, 16, 6));
 
   for (OpEntry& e : sampler_entries(2048 * 192, "2048x192 latent elements")) t.push_back(std::move(e));
   for (OpEntry& e : sampler_entries(100003, "100003 elements (odd)")) t.push_back(std::move(e));

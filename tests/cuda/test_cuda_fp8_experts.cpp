@@ -21,6 +21,7 @@
 #include "cuda/backend_cuda.h"
 #include "cuda/mhc_moe.h"
 #include "cuda_fixture.h"
+#include "fp8_expert_fixture.h"
 #include "ops/fp8_blocks.h"
 #include "ops/ops.h"
 
@@ -29,70 +30,28 @@ namespace {
 
 using test::count_diff;
 
-struct Case {
-  int64_t t, dh, de;
-  int mh, ne, k;
-};
-
-class CudaFp8ExpertsTest : public test::CudaParityTest {
- protected:
-  CudaFp8ExpertsTest() : CudaParityTest(8642) {}
-
-  struct Banks {
-    Tensor r, idx, weight;     // host
-    Fp8Blocks g, u, d;         // host FP8 banks
-    Tensor g16, u16, d16;      // host bf16(q * scale)
-  };
-  Banks banks(const Case& c) {
-    Banks b;
-    const float a = 3.f / std::sqrt(static_cast<float>(c.dh)), s = 0.85f / std::sqrt(static_cast<float>(c.de));
-    b.r = random({c.t, c.mh * c.dh}, DType::BF16, 0.8f);
-    b.g = quantize_fp8_blocks(random({c.mh * c.ne, c.dh, c.de}, DType::BF16, a), "W_gate");
-    b.u = quantize_fp8_blocks(random({c.mh * c.ne, c.dh, c.de}, DType::BF16, a), "W_up");
-    b.d = quantize_fp8_blocks(random({c.mh * c.ne, c.de, c.dh}, DType::BF16, s), "W_down");
-    b.g16 = dequantize_fp8_blocks(b.g.q, b.g.scale_inv, "W_gate");
-    b.u16 = dequantize_fp8_blocks(b.u.q, b.u.scale_inv, "W_up");
-    b.d16 = dequantize_fp8_blocks(b.d.q, b.d.scale_inv, "W_down");
-    // Distinct random experts per (head, token) from the first half of each
-    // head's experts only: the other half has no rows (their dequantisation is skipped).
-    b.idx = Tensor::empty({c.mh, c.t, c.k}, DType::I32);
-    std::mt19937 rng(5);
-    std::vector<int32_t> p(c.ne / 2);
-    for (int64_t i = 0; i < c.mh * c.t; ++i) {
-      std::iota(p.begin(), p.end(), 0);
-      std::shuffle(p.begin(), p.end(), rng);
-      std::copy(p.begin(), p.begin() + c.k, b.idx.data_as<int32_t>() + i * c.k);
-    }
-    b.weight = random({c.mh, c.t, c.k}, DType::F32, 0.5f);
-    return b;
-  }
-  MoeExpertsParams fp8_params(const Case& c, const Banks& b, const Tensor& out) {
-    return {.r = up(b.r), .w_gate = up(b.g.q), .w_up = up(b.u.q), .w_down = up(b.d.q),
-            .w_gate_scale = up(b.g.scale_inv), .w_up_scale = up(b.u.scale_inv), .w_down_scale = up(b.d.scale_inv),
-            .idx = up(b.idx), .weight = up(b.weight), .out = out, .num_heads = c.mh, .num_experts = c.ne,
-            .top_k = c.k};
-  }
-};
+using Case = test::Fp8ExpertCase;
+using CudaFp8ExpertsTest = test::Fp8ExpertTest<8642>;
 
 TEST_F(CudaFp8ExpertsTest, EqualsTheBf16PathOnDequantisedBanksAndIsNearTheCpuReference) {
   for (const Case c : {Case{127, 64, 64, 4, 16, 4}, Case{200, 256, 1280, 2, 16, 6}}) {
     if (!cuda::MoeExpertsRunner::supports(c.dh, c.de, c.k)) GTEST_SKIP() << "built without CUTLASS";
-    std::printf("[T=%lld heads=%d experts=%d d_head=%lld d_expert=%lld top-%d]\n", static_cast<long long>(c.t),
-                c.mh, c.ne, static_cast<long long>(c.dh), static_cast<long long>(c.de), c.k);
-    const Banks b = banks(c);
+    print_case(c);
+    const test::Fp8ExpertInputs b = fp8_inputs(c, 5);
+    const Tensor g16 = dequantize_fp8_blocks(b.g.q, b.g.scale_inv, "W_gate"),
+                 u16 = dequantize_fp8_blocks(b.u.q, b.u.scale_inv, "W_up"),
+                 d16 = dequantize_fp8_blocks(b.d.q, b.d.scale_inv, "W_down");
     const Shape os{c.t, c.mh * c.dh};
     Tensor o8 = gpu_->alloc(os, DType::BF16), o16 = gpu_->alloc(os, DType::BF16);
-    const MoeExpertsParams p8 = fp8_params(c, b, o8);
+    const MoeExpertsParams p8 = fp8_params(c, b, o8, true);
     gpu_->moe_experts(p8);
-    gpu_->moe_experts({.r = p8.r, .w_gate = up(b.g16), .w_up = up(b.u16), .w_down = up(b.d16), .idx = p8.idx,
+    gpu_->moe_experts({.r = p8.r, .w_gate = up(g16), .w_up = up(u16), .w_down = up(d16), .idx = p8.idx,
                        .weight = p8.weight, .out = o16, .num_heads = c.mh, .num_experts = c.ne, .top_k = c.k});
     const Tensor got = down(o8);
     EXPECT_EQ(count_diff(got, down(o16), "FP8 vs bf16 grouped on the dequantised banks"), 0);
     // The CPU FP8 reference.
     Tensor oc = Tensor::empty(os, DType::BF16);
-    cpu_->moe_experts({.r = b.r, .w_gate = b.g.q, .w_up = b.u.q, .w_down = b.d.q, .w_gate_scale = b.g.scale_inv,
-                       .w_up_scale = b.u.scale_inv, .w_down_scale = b.d.scale_inv, .idx = b.idx,
-                       .weight = b.weight, .out = oc, .num_heads = c.mh, .num_experts = c.ne, .top_k = c.k});
+    cpu_->moe_experts(fp8_params(c, b, oc, false));
     double se = 0, sr = 0, mx = 0, ref_max = 0;
     for (int64_t i = 0; i < oc.numel(); ++i) {
       const double x = got.get_f32(i), y = oc.get_f32(i);

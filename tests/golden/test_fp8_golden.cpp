@@ -1,12 +1,14 @@
-// FP8 routed experts (W8A16, docs/fp8.md) on the tiny golden model: how far
-// the 6-step loop lands from the official bf16 sampler, beside the bf16 run's
-// own distance, and how often natural routing keeps its expert selection.
+// FP8 routed experts (W8A16 and W8A8, docs/fp8.md) on the tiny golden model:
+// how far the 6-step loop lands from the official bf16 sampler, beside the
+// bf16 run's own distance, and how often natural routing keeps its expert
+// selection (W8A16).
 // The numbers printed here are the ones docs/parity.md records; the bounds
 // are loose on purpose (random tiny weights, quality of the real checkpoint
 // is not measured by this).
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "golden/loop_fixture.h"
@@ -19,6 +21,16 @@ const DitWeights& fp8_weights() {
   static const DitWeights w = [] {
     DitWeights x = GoldenDit::get().weights;
     x.quantize_experts();
+    return x;
+  }();
+  return w;
+}
+
+// The same FP8 banks computed as W8A8 (e4m3 activations in 1 x 128 groups).
+const DitWeights& w8a8_weights() {
+  static const DitWeights w = [] {
+    DitWeights x = fp8_weights();
+    x.fp8_compute = Fp8Compute::W8A8;
     return x;
   }();
   return w;
@@ -54,8 +66,16 @@ LoopDistance run_loop(const DitWeights& w) {
   return d;
 }
 
+// run_loop once per weights object (the tests below share the bf16 and W8A16 runs).
+const LoopDistance& loop_of(const DitWeights& w) {
+  static std::map<const DitWeights*, LoopDistance> done;
+  auto it = done.find(&w);
+  if (it == done.end()) it = done.emplace(&w, run_loop(w)).first;
+  return it->second;
+}
+
 TEST(Fp8Golden, LoopDistanceToTheOfficialBf16SamplerBesideTheBf16Run) {
-  const LoopDistance b = run_loop(GoldenDit::get().weights), f = run_loop(fp8_weights());
+  const LoopDistance &b = loop_of(GoldenDit::get().weights), &f = loop_of(fp8_weights());
   std::printf("  bf16 experts: worst step rel_rms video %.5f audio %.5f; final video %.5f audio %.5f\n",
               b.worst_step_v, b.worst_step_a, b.final_v, b.final_a);
   std::printf("  FP8 experts:  worst step rel_rms video %.5f audio %.5f; final video %.5f audio %.5f\n",
@@ -63,6 +83,22 @@ TEST(Fp8Golden, LoopDistanceToTheOfficialBf16SamplerBesideTheBf16Run) {
   EXPECT_LE(b.final_v, 0.03);  // the bf16 bound of test_generate_golden
   EXPECT_LE(f.worst_step_v, 0.25);
   EXPECT_LE(f.worst_step_a, 0.25);
+}
+
+TEST(Fp8Golden, W8a8LoopDistanceBesideW8a16AndBf16) {
+  const LoopDistance &b = loop_of(GoldenDit::get().weights), &f = loop_of(fp8_weights()),
+                     &q = loop_of(w8a8_weights());
+  std::printf("  bf16 experts:  worst step rel_rms video %.5f audio %.5f; final video %.5f audio %.5f\n",
+              b.worst_step_v, b.worst_step_a, b.final_v, b.final_a);
+  std::printf("  FP8 W8A16:     worst step rel_rms video %.5f audio %.5f; final video %.5f audio %.5f\n",
+              f.worst_step_v, f.worst_step_a, f.final_v, f.final_a);
+  std::printf("  FP8 W8A8:      worst step rel_rms video %.5f audio %.5f; final video %.5f audio %.5f\n",
+              q.worst_step_v, q.worst_step_a, q.final_v, q.final_a);
+  EXPECT_NE(q.final_v, f.final_v);  // the option takes effect
+  EXPECT_LE(q.worst_step_v, 0.3);
+  EXPECT_LE(q.worst_step_a, 0.3);
+  EXPECT_LE(q.final_v, 0.3);
+  EXPECT_LE(q.final_a, 0.3);
 }
 
 // Natural routing with FP8 experts against the bf16 run's natural routing,

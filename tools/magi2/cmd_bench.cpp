@@ -38,6 +38,7 @@ namespace {
 struct BenchArgs {
   std::string config, device = "auto", json, resolutions = "272p,540p", weights = "bf16", cuda_attention = "auto";
   std::string stage = "step", model, write_random;
+  std::string fp8_compute = "w8a16";  ///< --fp8-compute: how the FP8 experts compute (w8a16 | w8a8)
   int layers = 0, steps = 5, warmup = 1;
   int64_t text_cond = 300, text_uncond = 400;  // the token counts of shared/perf-anchor.md
   bool profile = true;
@@ -177,10 +178,12 @@ BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend
   }
   const auto t_up = clock_t_::now();
   BenchWeights out;
+  host.fp8_compute = fp8_compute_from_name(a.fp8_compute, "--fp8-compute");
   out.w = be.device() == Device::CPU ? host : host.to_backend(be);
   be.synchronize();
   const double upload_ms = ms_between(t_up, clock_t_::now());
   out.info = {{"weights", fp8 ? "fp8-experts" : "bf16"},
+              {"fp8_compute", fp8 ? a.fp8_compute : "none"},
               {"expert_banks", a.full_model ? "distinct FP8 banks per MoE layer, drawn on the device"
                                : fp8 ? "one FP8 bank (128x128 block scales) shared by every MoE layer"
                                      : "one bf16 bank shared by every MoE layer (bf16 banks of all layers do not fit)"},
@@ -399,8 +402,10 @@ int run_bench(const BenchArgs& a) {
                 j["first_step_ms"].get<double>(), j["capture_ms"].get<double>(),
                 j["weights_unique_bytes"].get<double>() / 1e9, j["weights_upload_gb_per_s"].get<double>());
     if (j.contains("memory"))
-      std::printf("  weights %s (%s): %.2f GB; device memory peak %.2f GB allocated, %.2f of %.2f GB used now\n",
-                  j["weights"].get<std::string>().c_str(), j["expert_banks"].get<std::string>().c_str(),
+      std::printf("  weights %s, fp8 compute %s (%s): %.2f GB; device memory peak %.2f GB allocated, %.2f of %.2f "
+                  "GB used now\n",
+                  j["weights"].get<std::string>().c_str(), j["fp8_compute"].get<std::string>().c_str(),
+                  j["expert_banks"].get<std::string>().c_str(),
                   j["weights_unique_bytes"].get<double>() / 1e9,
                   j["memory"]["peak_allocated_bytes"].get<double>() / 1e9,
                   j["memory"]["device_used_bytes"].get<double>() / 1e9,
@@ -452,7 +457,8 @@ Command bench_command() {
     s->add_option("--text-tokens", a.text_tokens, "--stage text: prompt length in tokens (default: 300 and 2000)")
         ->check(CLI::Range(int64_t{1}, int64_t{7000}))
         ->envname("MAGI2_BENCH_TEXT_TOKENS");
-    s->add_option("--weights", a.weights, "routed expert weights: bf16 or fp8-experts (W8A16, 128x128 blocks)")
+    s->add_option("--weights", a.weights, "routed expert weights: bf16 or fp8-experts (128x128 blocks; "
+                  "--fp8-compute picks W8A16 or W8A8)")
         ->check(CLI::IsMember({"bf16", "fp8-experts"}))
         ->envname("MAGI2_BENCH_WEIGHTS")
         ->capture_default_str();
@@ -460,6 +466,7 @@ Command bench_command() {
                 "every MoE layer its own FP8 expert banks, drawn on the GPU (the whole model resident; needs "
                 "--weights fp8-experts and --device cuda)")
         ->envname("MAGI2_BENCH_FULL_MODEL");
+    add_fp8_compute_option(s, a.fp8_compute);
     return s;
   }, run_bench);
 }

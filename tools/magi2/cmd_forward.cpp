@@ -24,6 +24,7 @@ struct ForwardArgs {
   std::string config, transformer, inputs, prefix, routing_override, output;
   int threads = 0;
   std::string device = "cpu", weights = "auto", router_bias = "ema", cuda_attention = "auto";
+  std::string fp8_compute = "w8a16";
 };
 
 Tensor input(const SafetensorsFile& f, const std::string& name) {
@@ -54,6 +55,7 @@ int run_forward(const ForwardArgs& a) {
       opt.forced_topk[l] = input(*r, p + "l" + std::to_string(l) + "_moe_topk_idx").to(DType::I32);
   }
   dit.weights.router_bias_from_ema = router_bias_from_ema(a.router_bias, "--router-bias");
+  dit.weights.fp8_compute = fp8_compute_from_name(a.fp8_compute, "--fp8-compute");
   auto be = make_backend_for(a.device, a.threads, {.attention = a.cuda_attention});
   const DitWeights w = be->device() == Device::CPU ? dit.weights : dit.weights.to_backend(*be);
   Dit model(dit.config.arch, w, *be);
@@ -97,6 +99,7 @@ Command forward_command() {
     add_weights_option(s, a.weights);
     add_router_bias_option(s, a.router_bias);
     add_cuda_attention_option(s, a.cuda_attention);
+    add_fp8_compute_option(s, a.fp8_compute);
     return s;
   }, run_forward);
 }

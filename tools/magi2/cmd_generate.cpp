@@ -52,6 +52,7 @@ struct GenerateArgs {
   bool truncate = false;
   int threads = 0;
   std::string device = "auto", weights = "auto", router_bias = "ema", cuda_attention = "auto";
+  std::string fp8_compute = "w8a16";
   bool enhance_prompt = false;
   std::string save_prompt;
   bool dry_run = false, quiet = false;
@@ -147,6 +148,7 @@ int run_generate(const GenerateArgs& a) {
   ec.weights = a.weights;
   ec.router_bias = a.router_bias;
   ec.cuda.attention = a.cuda_attention;
+  ec.fp8_compute = a.fp8_compute;
   if (a.enhance_prompt) {
     ec.prompt_enhancement = pe_endpoint(a.pe);
     ec.prompt_enhancement_request = pe_request(a.pe, "", "");
@@ -359,6 +361,7 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
     add_router_bias_option(s, a.router_bias);
     add_cuda_attention_option(s, a.cuda_attention);
     add_text_encoder_device_option(s, a.text_encoder_device);
+    add_fp8_compute_option(s, a.fp8_compute);
     s->add_flag("--enhance-prompt", a.enhance_prompt,
                 "rewrite the prompt into the structured caption through an OpenAI-compatible endpoint (--pe-*)")
         ->envname("MAGI2_ENHANCE_PROMPT");

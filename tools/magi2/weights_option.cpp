@@ -43,4 +43,11 @@ CLI::Option* add_text_encoder_device_option(CLI::App* app, std::string& dst) {
                     {"cpu", "auto"}, "MAGI2_TEXT_ENCODER_DEVICE");
 }
 
+CLI::Option* add_fp8_compute_option(CLI::App* app, std::string& dst) {
+  return add_choice(app, "--fp8-compute", dst,
+                    "how FP8 routed experts compute: w8a16 (bf16 activations) or w8a8 (e4m3 activations in 1x128 "
+                    "groups, blockwise-scaled FP8 GEMMs); ignored for bf16 experts",
+                    {"w8a16", "w8a8"}, "MAGI2_FP8_COMPUTE");
+}
+
 }  // namespace magi2::cli

@@ -127,7 +127,8 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
   be_.moe_experts({.r = ws.r, .w_gate = L.w_gate, .w_up = L.w_up, .w_down = L.w_down,
                    .w_gate_scale = L.w_gate_scale, .w_up_scale = L.w_up_scale, .w_down_scale = L.w_down_scale,
                    .idx = ws.topk_idx,
-                   .weight = ws.topk_w, .out = ws.routed, .num_heads = mh, .num_experts = ne, .top_k = k});
+                   .weight = ws.topk_w, .out = ws.routed, .num_heads = mh, .num_experts = ne, .top_k = k,
+                   .fp8_compute = w_.fp8_compute});
   be_.mark("moe.split_merge");
   be_.linear({.x = ws.routed, .w = L.merge_linear, .y = ws.merged, .groups = ws.groups1});
 

@@ -110,6 +110,12 @@ ExpertWeights expert_weights_from_name(const std::string& s, const std::string& 
   throw Error(str_cat(flag, " must be auto, bf16 or fp8-experts, got '", s, "'"));
 }
 
+Fp8Compute fp8_compute_from_name(const std::string& s, const std::string& flag) {
+  if (s == "w8a16") return Fp8Compute::W8A16;
+  if (s == "w8a8") return Fp8Compute::W8A8;
+  throw Error(str_cat(flag, " must be w8a16 or w8a8, got '", s, "'"));
+}
+
 bool router_bias_from_ema(const std::string& s, const std::string& flag) {
   if (s == "ema") return true;
   if (s == "main") return false;

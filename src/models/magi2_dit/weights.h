@@ -31,6 +31,10 @@ const char* expert_weights_name(ExpertWeights w);
 /// "main" (router.expert_bias). Error naming `flag` and the value otherwise.
 bool router_bias_from_ema(const std::string& s, const std::string& flag);
 
+/// Parses the `--fp8-compute` value (DitWeights::fp8_compute, docs/fp8.md):
+/// "w8a16" or "w8a8". Error naming `flag` and the value otherwise.
+Fp8Compute fp8_compute_from_name(const std::string& s, const std::string& flag);
+
 /// One expected tensor: official name, shape and parameter dtype.
 struct DitTensorSpec {
   std::string name;
@@ -92,6 +96,10 @@ struct DitWeights {
   /// official loader) or expert_bias. bind() keeps the default; front ends
   /// set it from --router-bias (router_bias_from_ema, EngineOptions::router_bias).
   bool router_bias_from_ema = true;
+  /// How FP8 routed experts compute (MoeExpertsParams::fp8_compute): W8A16
+  /// (default) or W8A8; ignored for bf16 banks. Front ends set it from
+  /// --fp8-compute (fp8_compute_from_name, EngineOptions::fp8_compute).
+  Fp8Compute fp8_compute = Fp8Compute::W8A16;
 
   /// Binds every official tensor of `arch` from `ckpt` (zero-copy where the
   /// on-disk dtype is the parameter dtype, else an explicit converted copy).

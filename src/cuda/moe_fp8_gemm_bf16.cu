@@ -1,0 +1,11 @@
+// The W8A8 expert-bank grouped GEMM with bf16 output (W13: gate and up), one CUTLASS
+// instantiation per file (each takes minutes to compile).
+#include "cuda/moe_fp8_gemm.cuh"
+
+namespace magi2::cuda {
+
+std::unique_ptr<Fp8ExpertGemm> make_fp8_expert_gemm_bf16(const ExpertGemmShape& shape, const DeviceAlloc& alloc) {
+  return std::make_unique<moe_fp8_gemm::Runner<cutlass::bfloat16_t>>(shape, alloc);
+}
+
+}  // namespace magi2::cuda
