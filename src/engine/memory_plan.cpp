@@ -21,6 +21,7 @@
 #include "models/qwen35/prompt.h"
 #include "models/qwen35/text_config.h"
 #include "models/qwen35/text_model.h"
+#include "ops/numerics.h"
 #include "models/qwen35/text_weights.h"
 #include "models/turbovae/chunk_plan.h"
 #include "models/turbovae/decoder.h"
@@ -58,8 +59,10 @@ constexpr uint64_t kDitBuffers = 39 + 26;
 // allocates it). CUDA: MoeExpertsRunner::plan (src/cuda/moe_grouped.cu), the
 // cuDNN SDPA stats (attention_cudnn.cpp), the GEMM workspace, rounding. CPU:
 // the fp32 K/V copies of attention (cpu/attention.cpp) or the fp32 copy of a
-// linear's input (cpu/linear.cpp), whichever is larger.
-uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda) {
+// linear's input (cpu/linear.cpp), whichever is larger. FP8 routed experts on
+// CUDA (docs/fp8.md) add W8A16's two dequantised bf16 banks, or W8A8's two
+// transposed e4m3 banks and its activation scales (src/cuda/moe_w8a8.cu).
+uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Compute compute) {
   const uint64_t h = a.num_heads_q(), hd = a.head_dim, d = a.hidden_size;
   if (!cuda) return std::max<uint64_t>(2 * n * h * hd * 4, n * std::max<uint64_t>(a.virtual_width(), a.dense_intermediate()) * 4);
   uint64_t moe = 0;
@@ -68,6 +71,11 @@ uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda) {
     const uint64_t dh = a.moe_head_dim(), de = a.moe_expert_intermediate_size, nf = mh * ne;
     const uint64_t chunks = (n * k + 255) / 256, rows = n * mh * k;
     moe = 4 * (nf * chunks + nf + nf + 1 + 2 * rows) + rows * dh * 2 + rows * 2 * de * 2 + rows * dh * 4;
+    const uint64_t groups = (dh + kFp8ActGroup - 1) / kFp8ActGroup + (de + kFp8ActGroup - 1) / kFp8ActGroup;
+    if (fp8 && compute == Fp8Compute::W8A8)
+      moe += 2 * nf * dh * de + rows * groups * 4;
+    else if (fp8)
+      moe += 2 * nf * dh * de * 2;
   }
   (void)d;
   return kCudaRuntimeReserve + kCudaGemmWorkspace + moe + n * h * 4 + kDitBuffers * kCudaRounding;
@@ -154,6 +162,7 @@ struct MemoryPlanner::State {
   std::string backend, root;
   Magi2Config cfg;
   StageMemory dit;  // weights part (request independent)
+  bool fp8 = false;  // routed experts in FP8 (their CUDA scratch depends on --fp8-compute)
   // text encoder
   bool te = false;
   std::string te_dir;
@@ -248,6 +257,7 @@ MemoryPlanner::MemoryPlanner(const EngineOptions& o, const std::string& backend)
   for (const std::string& n : ck.names())
     if (is_routed_expert_weight(n) && ck.entry(n).dtype == DType::F8E4M3) stored_fp8 = true;
   const bool fp8 = want == ExpertWeights::FP8 || (want == ExpertWeights::Auto && stored_fp8);
+  s.fp8 = fp8;
   for (const DitTensorSpec& t : dit_tensor_specs(s.cfg.arch, fp8 ? ExpertWeights::FP8 : ExpertWeights::BF16)) {
     s.dit.weights += numel_of(t.shape) * dtype_size(t.dtype);
     if (ck.contains(t.name) && ck.entry(t.name).dtype != t.dtype) mapped = false;
@@ -316,7 +326,8 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   StageMemory dit = s.dit;
   dit.activations = DitWorkspace::planned_bytes(a, pack.total_tokens, pack.width) +
                     DenoiseLoop::planned_bytes(pack, m.steps, a.out_channels());
-  dit.workspace = dit_scratch(a, pack.total_tokens, cuda);
+  dit.workspace = dit_scratch(a, pack.total_tokens, cuda, s.fp8,
+                              fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute"));
   dit.source = str_cat("weights: the official tensor list at its parameter dtypes",
                        dit.weights_mapped ? " (mmap'd views)" : "", "; activations: DitWorkspace + DenoiseLoop "
                        "buffers (exact); workspace: formula (",
