@@ -45,6 +45,9 @@ typedef struct {
   /* Where the Qwen3.5 text encoder runs: "cpu" (default, the reference
      backend) or "auto" (the `device` backend); the CLI's --text-encoder-device. */
   const char* text_encoder_device;
+  /* How FP8 routed experts compute: "w8a16" (default, bf16 activations) or
+     "w8a8" (e4m3 activations in 1x128 groups); the CLI's --fp8-compute. */
+  const char* fp8_compute;
 } magi2_engine_options;
 
 /* One request. Strings may be NULL (= unset); outputs left NULL are not written. */

@@ -46,6 +46,10 @@ TEST(CApi, GeneratesTheCliClipAndCancels) {
   ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_ERR_INVALID);
   EXPECT_NE(std::string(magi2_last_error()).find("--router-bias"), std::string::npos);
   o.router_bias = "ema";
+  o.fp8_compute = "w4a4";  // the CLI's --fp8-compute, checked before anything loads
+  ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_ERR_INVALID);
+  EXPECT_NE(std::string(magi2_last_error()).find("--fp8-compute"), std::string::npos);
+  o.fp8_compute = "w8a8";  // ignored with bf16 experts, valid everywhere
   o.cuda_attention = "fp32";  // ignored on the CPU backend, valid everywhere
   o.text_encoder_device = "cpu";  // the CLI's default, so the digests below match the CLI's
   ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_OK) << magi2_last_error();
