@@ -7,6 +7,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "ops/numerics.h"
 #include "ops/op_checks.h"
 #include "ops/ops.h"
 
@@ -73,14 +74,10 @@ inline void rms_normalize(float* x, int64_t d, const float* w, float eps) {
 
 inline float sigmoid_f32(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
-/// The routed experts' SwiGLU7 of one (G, U) pair in fp32 (spec §8.3): gate
-/// clamped above at 7, up to [-7, 7], g * sigmoid(1.702 g) * (u + 1); the
-/// caller rounds to bf16. Comparisons rather than fmin/fmax keep NaN, as the
-/// official clamp.
-inline float expert_swiglu7_f32(float g, float u) {
-  g = g > 7.0f ? 7.0f : g;
-  u = u > 7.0f ? 7.0f : (u < -7.0f ? -7.0f : u);
-  return (g * sigmoid_f32(1.702f * g)) * (u + 1.0f);
+/// SwiGLU7 of one (gate, up) pair in fp32 (ops/numerics.h
+/// swiglu7_f32 with the glibc-exact sigmoid); the caller rounds to bf16.
+inline float swiglu7_exact_f32(float g, float u) {
+  return swiglu7_f32(g, u, [](float z) { return sigmoid_f32(z); });
 }
 
 /// Index of the weight group that holds row r.

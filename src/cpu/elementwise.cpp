@@ -18,13 +18,7 @@ void swiglu7(const SwiGLU7Params& p) {
     const uint16_t* u = reinterpret_cast<const uint16_t*>(row_ptr(p.u, r));
     uint16_t* z = reinterpret_cast<uint16_t*>(row_ptr(p.z, r));
     for (int64_t i = 0; i < half; ++i) {
-      // std::fmin would drop NaN; the official clamp propagates it.
-      float g = bf16_bits_to_f32(u[2 * i]);
-      float l = bf16_bits_to_f32(u[2 * i + 1]);
-      g = g > 7.0f ? 7.0f : g;
-      l = l > 7.0f ? 7.0f : (l < -7.0f ? -7.0f : l);
-      const float s = g * sigmoid_f32(1.702f * g);
-      z[i] = f32_to_bf16_bits(s * (l + 1.0f));
+      z[i] = f32_to_bf16_bits(swiglu7_exact_f32(bf16_bits_to_f32(u[2 * i]), bf16_bits_to_f32(u[2 * i + 1])));
     }
   }
 }

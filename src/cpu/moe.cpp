@@ -134,7 +134,7 @@ struct Bf16Expert {
         u[c] += xd * wu(f, d, c);
       }
     }
-    for (int64_t c = 0; c < de; ++c) z[c] = round_bf16(expert_swiglu7_f32(g[c], u[c]));
+    for (int64_t c = 0; c < de; ++c) z[c] = round_bf16(swiglu7_exact_f32(g[c], u[c]));
     std::fill(y, y + dh, 0.f);
     for (int64_t c = 0; c < de; ++c) {
       const float zc = z[c];

@@ -89,7 +89,7 @@ struct W8a8Expert {
   void route(int64_t f, float* y) {
     wg.gemv(f, xq.data(), xs.data(), part.data(), g.data());
     wu.gemv(f, xq.data(), xs.data(), part.data(), u.data());
-    for (int64_t c = 0; c < de; ++c) z[c] = round_bf16(expert_swiglu7_f32(g[c], u[c]));
+    for (int64_t c = 0; c < de; ++c) z[c] = round_bf16(swiglu7_exact_f32(g[c], u[c]));
     quantize_groups(z.data(), de, zq.data(), zs.data());
     wd.gemv(f, zq.data(), zs.data(), part.data(), y);
   }

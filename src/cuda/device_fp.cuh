@@ -91,6 +91,12 @@ __device__ __forceinline__ void exp2_table_to_shared(uint64_t* dst) {
 }
 
 __device__ __forceinline__ float sigmoid_f32(float z) { return 1.0f / (1.0f + exp_f32(-z)); }
+/// fp32 sigmoid on the SFU (__expf and the fast reciprocal division): a few ulp
+/// from sigmoid_f32 at a fraction of its cost (the glibc-exact exp made the
+/// routed experts' SwiGLU7 pass compute-bound). Only for kernels judged within
+/// bf16 tolerance (the grouped routed experts), never for the bit-exact ones.
+/// Deterministic: the same bits run to run and on any layout of one GPU model.
+__device__ __forceinline__ float sigmoid_fast_f32(float z) { return __fdividef(1.0f, 1.0f + __expf(-z)); }
 /// sigmoid_f32 with exp_f32's table at `table` (a shared-memory copy).
 __device__ __forceinline__ float sigmoid_f32(float z, const uint64_t* __restrict__ table) {
   return 1.0f / (1.0f + exp_f32(-z, table));

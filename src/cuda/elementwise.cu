@@ -8,6 +8,7 @@
 
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
+#include "ops/numerics.h"
 
 namespace magi2::cuda {
 
@@ -63,13 +64,8 @@ __global__ void swiglu7_kernel(const uint16_t* __restrict__ u, int64_t ldu, uint
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / half, i = e % half;
-    // Comparisons rather than fminf/fmaxf: those drop NaN, the official clamp keeps it.
-    float g = bf16_to_f32(u[r * ldu + 2 * i]);
-    float l = bf16_to_f32(u[r * ldu + 2 * i + 1]);
-    g = g > 7.0f ? 7.0f : g;
-    l = l > 7.0f ? 7.0f : (l < -7.0f ? -7.0f : l);
-    const float s = g * sigmoid_f32(1.702f * g);
-    z[r * ldz + i] = f32_to_bf16(s * (l + 1.0f));
+    const float g = bf16_to_f32(u[r * ldu + 2 * i]), l = bf16_to_f32(u[r * ldu + 2 * i + 1]);
+    z[r * ldz + i] = f32_to_bf16(swiglu7_f32(g, l, [](float x) { return sigmoid_f32(x); }));
   }
 }
 

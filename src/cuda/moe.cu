@@ -17,6 +17,7 @@
 #include "cuda/mhc_moe.h"
 #include "cuda/route_select.cuh"
 #include "ops/fp8_blocks.h"
+#include "ops/numerics.h"
 
 namespace magi2::cuda {
 
@@ -164,9 +165,7 @@ __global__ void moe_experts_kernel(const uint16_t* __restrict__ r, int64_t ldr, 
         g += xd * bf16_to_f32(wgf[d * de + c]);
         u += xd * bf16_to_f32(wuf[d * de + c]);
       }
-      const float gc = g > 7.0f ? 7.0f : g;
-      const float uc = u > 7.0f ? 7.0f : (u < -7.0f ? -7.0f : u);
-      z[c] = round_bf16((gc * sigmoid_f32(1.702f * gc)) * (uc + 1.0f));
+      z[c] = round_bf16(swiglu7_f32(g, u, [](float x) { return sigmoid_f32(x); }));
     }
     __syncthreads();
     const uint16_t* wdf = wd + f * de * dh;

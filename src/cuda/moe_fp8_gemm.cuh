@@ -27,6 +27,7 @@
 
 #include "core/error.h"
 #include "cuda/cuda_common.h"
+#include "cuda/cutlass_grouped.cuh"
 #include "cuda/moe_fp8_gemm.h"
 
 namespace magi2::cuda::moe_fp8_gemm {
@@ -149,19 +150,10 @@ class Runner final : public Fp8ExpertGemm {
     va_ = cutlass::make_cute_packed_stride(typename C::StrideA{}, make_shape(1, static_cast<int>(sh.lda), 1));
     vb_ = cutlass::make_cute_packed_stride(typename C::StrideB{}, make_shape(ni, ki, 1));
     vd_ = cutlass::make_cute_packed_stride(typename C::StrideD{}, make_shape(1, static_cast<int>(sh.ldd), 1));
-    int device = 0;
-    MAGI2_CUDA_CHECK(cudaGetDevice(&device));
-    cutlass::KernelHardwareInfo hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename C::Kernel>(device);
+    const cutlass::KernelHardwareInfo hw = current_device_hw_info<typename C::Kernel>();
     typename C::Gemm::Arguments args;
     decltype(args.epilogue.thread) fusion;
-    fusion.alpha = 1.f;
-    fusion.beta = 0.f;
-    fusion.alpha_ptr = nullptr;
-    fusion.beta_ptr = nullptr;
-    fusion.alpha_ptr_array = nullptr;
-    fusion.beta_ptr_array = nullptr;
-    fusion.dAlpha = {_0{}, _0{}, 0};
-    fusion.dBeta = {_0{}, _0{}, 0};
+    set_plain_epilogue(fusion);
     args = typename C::Gemm::Arguments{
         cutlass::gemm::GemmUniversalMode::kGrouped,
         {groups_, g_.shapes, nullptr},

@@ -12,7 +12,8 @@
 // sums a (token, head)'s routes in ascending (expert id, slot) with fp32
 // accumulation and one bf16 rounding, as the CPU reference. It differs from
 // the reference only in the GEMM's fp32 summation order and in G/U being
-// rounded to bf16 before SwiGLU7 (the tests bound it by bf16 tolerances).
+// rounded to bf16 before SwiGLU7, whose sigmoid runs on the SFU (the tests
+// bound it by bf16 tolerances).
 // FP8 banks with fp8_compute = W8A8 leave after the sort for the W8A8 pass
 // (moe_w8a8.h: quantising gather, FP8 grouped GEMMs) and share the combine.
 #include <algorithm>
@@ -133,13 +134,11 @@ __global__ void route_gather(const uint16_t* __restrict__ r, int64_t ldr, int mh
 
 // SwiGLU7 (spec §8.3) in place: h[p, c] = bf16(swiglu7(h[p, c], h[p, de + c])),
 // 8 columns a thread, rows grid-strided over the blocks (no index division).
-// exp_f32's table is read from shared memory: the __constant__ copy serialises
-// a warp whose lanes read different entries.
+// The SFU sigmoid keeps the pass memory-bound (the glibc-exact exp made it
+// compute-bound: 7.4 ms at 272p, docs/perf.md); the grouped path is judged
+// within bf16 tolerance of the CPU anyway (its GEMMs sum in another order).
 __global__ void expert_swiglu7(uint16_t* __restrict__ hbuf, int64_t de, const int32_t* __restrict__ offsets, int nf,
                                int64_t max_rows) {
-  __shared__ uint64_t exp_table[32];
-  exp2_table_to_shared(exp_table);
-  __syncthreads();
   const int64_t rows = min(static_cast<int64_t>(offsets[nf]), max_rows);
   for (int64_t p = blockIdx.x; p < rows; p += gridDim.x) {
     for (int64_t c = threadIdx.x * 8; c < de; c += blockDim.x * 8) {
@@ -151,13 +150,9 @@ __global__ void expert_swiglu7(uint16_t* __restrict__ hbuf, int64_t de, const in
       uint4 zv;
       uint16_t* z8 = reinterpret_cast<uint16_t*>(&zv);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        // Comparisons rather than fminf/fmaxf: those drop NaN, the official clamp keeps it.
-        float g = bf16_to_f32(g8[j]), u = bf16_to_f32(u8[j]);
-        g = g > 7.0f ? 7.0f : g;
-        u = u > 7.0f ? 7.0f : (u < -7.0f ? -7.0f : u);
-        z8[j] = f32_to_bf16((g * sigmoid_f32(1.702f * g, exp_table)) * (u + 1.0f));
-      }
+      for (int j = 0; j < 8; ++j)
+        z8[j] = f32_to_bf16(swiglu7_f32(bf16_to_f32(g8[j]), bf16_to_f32(u8[j]),
+                                        [](float x) { return sigmoid_fast_f32(x); }));
       *reinterpret_cast<uint4*>(gp) = zv;
     }
   }

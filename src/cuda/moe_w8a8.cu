@@ -74,12 +74,9 @@ __global__ void w8a8_gather_quant(const uint16_t* __restrict__ r, int64_t ldr, i
 // written in place over the first DE bytes of the same row (zs its scales).
 // In place is safe: group g's bytes overlap G columns [64 g, 64 g + 64), which
 // the warp read in group g / 2 <= g, before the shuffle of group g; U is never
-// overwritten. exp_f32's table is read from shared memory (see moe_grouped.cu).
+// overwritten. The sigmoid runs on the SFU (see moe_grouped.cu).
 __global__ void w8a8_swiglu7_quant(uint16_t* __restrict__ h, int64_t de, const int32_t* __restrict__ offsets, int nf,
                                    int64_t max_rows, float* __restrict__ zs) {
-  __shared__ uint64_t exp_table[32];
-  exp2_table_to_shared(exp_table);
-  __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t rows = min(static_cast<int64_t>(offsets[nf]), max_rows);
   const int64_t groups = de / kGroup;
@@ -92,11 +89,8 @@ __global__ void w8a8_swiglu7_quant(uint16_t* __restrict__ h, int64_t de, const i
       float v[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        // Comparisons rather than fminf/fmaxf: those drop NaN, the official clamp keeps it.
-        float gv = bf16_to_f32(row[c + j]), uv = bf16_to_f32(row[de + c + j]);
-        gv = gv > 7.0f ? 7.0f : gv;
-        uv = uv > 7.0f ? 7.0f : (uv < -7.0f ? -7.0f : uv);
-        v[j] = round_bf16((gv * sigmoid_f32(1.702f * gv, exp_table)) * (uv + 1.0f));
+        v[j] = round_bf16(swiglu7_f32(bf16_to_f32(row[c + j]), bf16_to_f32(row[de + c + j]),
+                                      [](float x) { return sigmoid_fast_f32(x); }));
       }
       const uint32_t w = quantize4(v, zs + p * groups + g, lane);
       __syncwarp();

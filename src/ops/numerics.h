@@ -205,4 +205,19 @@ MAGI2_HD float fp8_block_scale(float a_scale, float w_scale) { return a_scale * 
 /// under any floating-point flags since it looks only at the exponent bits.
 MAGI2_HD bool is_nonfinite_bits(uint32_t bits) { return (bits & 0x7f800000u) == 0x7f800000u; }
 
+/// SwiGLU7 of one (gate, up) pair in fp32 (spec magi2-dit.md §4.3 dense MLP,
+/// §8.3 routed experts; official swiglu7): gate clamped above at 7, up to
+/// [-7, 7], then (g * sigmoid(1.702 g)) * (up + 1), one fp32 rounding per
+/// operation; the caller rounds to bf16. Comparisons rather than fmin/fmax keep
+/// NaN, as the official clamp does. `sigmoid`: the caller's fp32 sigmoid (the
+/// glibc-exact one on the CPU and in the bit-exact CUDA kernels; the SFU one in
+/// the grouped routed experts, which differ from the CPU by GEMM summation order
+/// anyway and are judged within bf16 tolerance).
+template <typename Sigmoid>
+MAGI2_HD float swiglu7_f32(float g, float u, Sigmoid sigmoid) {
+  g = g > 7.0f ? 7.0f : g;
+  u = u > 7.0f ? 7.0f : (u < -7.0f ? -7.0f : u);
+  return (g * sigmoid(1.702f * g)) * (u + 1.0f);
+}
+
 }  // namespace magi2

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -37,6 +38,13 @@ using test::RouteCase;
 class CudaMhcMoeTest : public test::CudaParityTest {
  protected:
   CudaMhcMoeTest() : CudaParityTest(1234) {}
+  /// These tests judge the bit-exact reference kernels; the default mHC and
+  /// router kernels are the fused ones (test_cuda_fused judges those), and the
+  /// switch is read once per process, so it is pinned before any op runs.
+  static void SetUpTestSuite() {
+    setenv("MAGI2_MHC_KERNEL", "reference", 1);
+    setenv("MAGI2_ROUTER_KERNEL", "reference", 1);
+  }
   /// CPU tensor of uniform values in [lo, hi) rounded to the dtype (splitmix64:
   /// fast enough for the 100 M-element expert banks).
   Tensor uniform(const Shape& shape, DType dt, float lo, float hi) {
