@@ -42,8 +42,8 @@ typedef struct {
   /* CUDA attention kernel: "auto" (default: cuDNN where it applies) or "fp32"
      (always the fp32 kernel); the CLI's --cuda-attention. */
   const char* cuda_attention;
-  /* Where the Qwen3.5 text encoder runs: "cpu" (default, the reference
-     backend) or "auto" (the `device` backend); the CLI's --text-encoder-device. */
+  /* Where the Qwen3.5 text encoder runs: "auto" (default, the `device`
+     backend) or "cpu" (the reference backend); the CLI's --text-encoder-device. */
   const char* text_encoder_device;
   /* How FP8 routed experts compute: "w8a16" (default, bf16 activations) or
      "w8a8" (e4m3 activations in 1x128 groups); the CLI's --fp8-compute. */

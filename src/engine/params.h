@@ -33,15 +33,16 @@ struct EngineOptions {
   bool encodes_text = true;
   int threads = 0;                   ///< CPU threads, 0 = all
   std::string device = "auto";       ///< compute device: "auto" | "cpu" | "cuda"
-  /// Where the 1080p refiner runs [--refiner-device]: "cpu" (the reference
-  /// backend whatever `device` says; the default until the CUDA refiner has
-  /// been checked on a GPU) or "auto" (the DiT's device: CUDA when the DiT runs
-  /// there, with the tensor-core block-sparse attention; docs/refiner.md).
+  /// Where the 1080p refiner runs [--refiner-device]: "cpu" (default: the
+  /// reference backend whatever `device` says) or "auto" (the DiT's device:
+  /// CUDA when the DiT runs there, with the tensor-core block-sparse attention;
+  /// checked on the H200, docs/refiner.md). Not the default yet: the memory
+  /// plan does not count the refiner, and it is loaded beside the DiT.
   std::string refiner_device = "cpu";
-  /// Where the Qwen3.5 text encoder runs [--text-encoder-device]: "cpu" (the
-  /// reference backend; the default until the CUDA text ops have been checked
-  /// on a GPU) or "auto" (the DiT's device: its weights are uploaded there).
-  std::string text_encoder_device = "cpu";
+  /// Where the Qwen3.5 text encoder runs [--text-encoder-device]: "auto"
+  /// (default: the DiT's device, its weights uploaded there; the CUDA text ops
+  /// are checked on the H200, docs/cuda.md) or "cpu" (the reference backend).
+  std::string text_encoder_device = "auto";
   /// Bytes the DiT's device may hold (`--max-device-memory`); 0 = the GPU's
   /// free memory (CUDA backend) or the host's RAM (CPU backend). A request
   /// whose memory plan (engine/memory_plan.h) exceeds it is refused before

@@ -118,6 +118,7 @@ TEST(MemoryPlan, TextEncoderOnTheGpuSharesItsBudget) {
   const std::string dir = test::temp_dir("memplan_te_gpu");
   EngineOptions o = tiny_options();
   o.device = "cuda";
+  o.text_encoder_device = "cpu";
   const GenerateParams a = small_request(dir, "a");
   const MemoryPlan host = MemoryPlanner(o, "cuda").plan(a, 0, "none");
   ASSERT_NE(host.stage("text_encoder"), nullptr);

@@ -31,7 +31,7 @@ namespace {
 
 struct EncodeTextArgs {
   std::string model = "builtin:tiny", text_encoder, prompt, prompt_file, negative_prompt, output;
-  std::string device = "auto", text_encoder_device = "cpu";
+  std::string device = "auto", text_encoder_device = "auto";
   bool i2v = false, negative = false, truncate = false, fp32 = false;
   int threads = 0;
   CLI::Option* prompt_opt = nullptr;  // set by the parser: an empty --prompt '' still counts as given

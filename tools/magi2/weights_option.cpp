@@ -38,8 +38,8 @@ CLI::Option* add_cuda_attention_option(CLI::App* app, std::string& dst) {
 
 CLI::Option* add_text_encoder_device_option(CLI::App* app, std::string& dst) {
   return add_choice(app, "--text-encoder-device", dst,
-                    "where the Qwen3.5 text encoder runs: cpu (the reference backend, default) or auto (the "
-                    "--device backend; CUDA not yet checked on a GPU)",
+                    "where the Qwen3.5 text encoder runs: auto (the --device backend) or cpu (the reference "
+                    "backend)",
                     {"cpu", "auto"}, "MAGI2_TEXT_ENCODER_DEVICE");
 }
 
