@@ -48,6 +48,10 @@ typedef struct {
   /* How FP8 routed experts compute: "w8a16" (default, bf16 activations) or
      "w8a8" (e4m3 activations in 1x128 groups); the CLI's --fp8-compute. */
   const char* fp8_compute;
+  /* Where the codecs run (TurboVAE, Stable Audio Open, the Wan2.2 image
+     encoder): "cpu" (default, the reference backend) or "auto" (the `device`
+     backend); the CLI's --decoder-device. */
+  const char* decoder_device;
 } magi2_engine_options;
 
 /* One request. Strings may be NULL (= unset); outputs left NULL are not written. */

@@ -28,6 +28,8 @@ bash scripts/cuda_bundle.sh "$build" "$out" magi2 $tests $benches >/dev/null
 mkdir -p "$out/golden"
 cp -r ../shared/golden/dit_tiny "$out/golden/"
 cp -r ../shared/golden/qwen35_text_tiny "$out/golden/"  # test_cuda_text_encoder (4.5 MB)
+# test_cuda_decoders (10 MB together)
+for d in sa_audio_vae_tiny turbo_vae_tiny wan22_vae_encoder_tiny; do cp -r "../shared/golden/$d" "$out/golden/"; done
 rm -rf "$out/fixtures" && cp -r tests/fixtures "$out/fixtures"
 [ -d ../shared/oracle ] && cp -r ../shared/oracle "$out/oracle"
 cat > "$out/device_run.sh" <<RUN

@@ -14,6 +14,7 @@
 
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
+#include "ops/codec_checks.h"
 
 namespace magi2 {
 
@@ -42,12 +43,6 @@ Tensor conv_weight_channels_last(const Tensor& w, DType dtype) {
 
 namespace cpu {
 namespace {
-
-void check_4d(const Tensor& t, const char* what) {
-  MAGI2_CHECK(t.defined() && t.device() == Device::CPU, what, ": expected a CPU tensor");
-  MAGI2_CHECK(t.dim() == 4 && t.is_contiguous(), what, ": expected a contiguous [T, H, W, C] tensor, got ",
-              shape_str(t.shape()));
-}
 
 // Register block of the GEMM micro-kernel: kPos output positions x kCo
 // output channels.
@@ -85,32 +80,11 @@ __attribute__((target_clones("avx2", "default"))) void micro_kernel(const float*
 }  // namespace
 
 void conv3d(const Conv3dParams& p) {
-  check_4d(p.x, "conv3d.x");
-  check_4d(p.y, "conv3d.y");
+  const Conv3dDims d = check_conv3d(p, Device::CPU);
   const DType dt = p.x.dtype();
-  MAGI2_CHECK(dt == DType::F32 || dt == DType::BF16, "conv3d.x: expected f32 or bf16");
-  MAGI2_CHECK(p.y.dtype() == dt && p.w.dtype() == dt, "conv3d: x, w and y must share one dtype");
-  MAGI2_CHECK(p.w.dim() == 5 && p.w.is_contiguous(), "conv3d.w: expected contiguous [C_out, kT, kH, kW, C_in], got ",
-              shape_str(p.w.shape()));
-  const int64_t T = p.x.size(0), H = p.x.size(1), W = p.x.size(2), ci = p.x.size(3);
-  const int64_t co = p.w.size(0);
-  const int64_t kdim[3] = {p.w.size(1), p.w.size(2), p.w.size(3)};
-  MAGI2_CHECK(p.w.size(4) == ci, "conv3d.w: C_in ", p.w.size(4), " does not match x's ", ci, " channels");
-  const int64_t in[3] = {T, H, W};
-  int64_t out[3];
-  for (int a = 0; a < 3; ++a) {
-    MAGI2_CHECK(p.stride[a] >= 1 && p.dilation[a] >= 1 && p.pad_front[a] >= 0 && p.pad_back[a] >= 0,
-                "conv3d: stride/dilation must be >= 1 and padding >= 0");
-    const int64_t span = in[a] + p.pad_front[a] + p.pad_back[a] - p.dilation[a] * (kdim[a] - 1) - 1;
-    MAGI2_CHECK(span >= 0, "conv3d: input ", shape_str(p.x.shape()), " is smaller than the kernel");
-    out[a] = span / p.stride[a] + 1;
-  }
-  check_tensor(p.y, {out[0], out[1], out[2], co}, dt, "conv3d.y");
-  if (p.bias.defined())
-    MAGI2_CHECK(p.bias.dtype() == dt && p.bias.numel() == co && p.bias.is_contiguous(), "conv3d.bias: expected ", co,
-                " values of the activation dtype, got ", shape_str(p.bias.shape()));
-  MAGI2_CHECK(p.x.data() != p.y.data(), "conv3d: y must not alias x");
-
+  const int64_t T = d.in[0], H = d.in[1], W = d.in[2], ci = d.cin, co = d.cout;
+  const int64_t* kdim = d.kernel.data();
+  const int64_t* out = d.out.data();
   const int64_t K = kdim[0] * kdim[1] * kdim[2] * ci;
   // Weights transposed to [K, C_out padded to kCo] fp32 (bf16 -> f32 is exact),
   // so the micro-kernel reads kCo consecutive output channels per tap.

@@ -12,6 +12,8 @@
 
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
+#include "ops/codec_checks.h"
+#include "ops/codec_numerics.h"
 
 namespace magi2::cpu {
 
@@ -40,7 +42,7 @@ std::vector<float> pack_weights(const float* w, int64_t taps, int64_t cin, int64
   return out;
 }
 
-constexpr int kMaxTaps = 64;
+constexpr int kMaxTaps = static_cast<int>(kConv1dMaxTaps);
 
 // One output tile: out[r][o] = sum over taps q (in order) and input channels i
 // (in order) of xr[q][r][i] * w[q][i][o], where w[q] = wp + tap[q] * cin * kTO.
@@ -80,46 +82,13 @@ void store_tile(const float acc[kTR][kTO], const int64_t rows[kTR], int nr, int6
   }
 }
 
-void check_contiguous_2d(const Tensor& t, int64_t rows, int64_t cols, const char* what) {
-  check_2d(t, rows, cols, what);
-  MAGI2_CHECK(t.dtype() == DType::F32 && t.is_contiguous(), what, ": expected contiguous f32");
-}
-
-void check_weights(const Tensor& w, int64_t taps, int64_t cin, int64_t cout, const char* what) {
-  MAGI2_CHECK(w.defined() && w.dtype() == DType::F32 && w.is_contiguous() && w.dim() == 3 &&
-                  w.size(0) == taps && w.size(1) == cin && w.size(2) == cout,
-              what, ": expected contiguous f32 [", taps, ", ", cin, ", ", cout, "], got ",
-              w.defined() ? shape_str(w.shape()) : std::string("nothing"));
-}
-
-const float* optional_bias(const Tensor& b, int64_t cout, const char* what) {
-  if (!b.defined()) return nullptr;
-  MAGI2_CHECK(b.dtype() == DType::F32 && b.is_contiguous() && b.numel() == cout, what, ": expected ", cout,
-              " f32 values, got ", shape_str(b.shape()));
-  return b.data_as<float>();
-}
-
 }  // namespace
 
 void conv1d(const Conv1dParams& p) {
-  MAGI2_CHECK(p.x.defined() && p.x.dim() == 2 && p.w.defined() && p.w.dim() == 3,
-              "conv1d: expected x [Lin, Cin] and w [K, Cin, Cout]");
-  const int64_t lin = p.x.size(0), cin = p.x.size(1), taps = p.w.size(0), cout = p.w.size(2);
-  MAGI2_CHECK(p.stride >= 1 && p.dilation >= 1 && p.padding >= 0, "conv1d: bad stride/dilation/padding");
-  const int64_t lout = (lin + 2 * p.padding - p.dilation * (taps - 1) - 1) / p.stride + 1;
-  MAGI2_CHECK(lout >= 1, "conv1d: input of ", lin, " rows is shorter than the kernel");
-  check_contiguous_2d(p.x, lin, cin, "conv1d.x");
-  check_weights(p.w, taps, cin, cout, "conv1d.w");
-  MAGI2_CHECK(taps <= kMaxTaps, "conv1d: at most ", kMaxTaps, " taps, got ", taps);
-  check_contiguous_2d(p.y, lout, cout, "conv1d.y");
-  MAGI2_CHECK(p.y.data() != p.x.data(), "conv1d: y must not alias x");
-  const float* bias = optional_bias(p.bias, cout, "conv1d.bias");
-  const float* residual = nullptr;
-  if (p.residual.defined()) {
-    check_contiguous_2d(p.residual, lout, cout, "conv1d.residual");
-    MAGI2_CHECK(p.residual.data() != p.x.data(), "conv1d: residual must not alias x");
-    residual = p.residual.data_as<float>();
-  }
+  const Conv1dDims d = check_conv1d(p, Device::CPU);
+  const int64_t lin = d.lin, cin = d.cin, taps = d.taps, cout = d.cout, lout = d.lout;
+  const float* bias = p.bias.defined() ? p.bias.data_as<float>() : nullptr;
+  const float* residual = p.residual.defined() ? p.residual.data_as<float>() : nullptr;
   const std::vector<float> wp = pack_weights(p.w.data_as<float>(), taps, cin, cout);
   const std::vector<float> zeros(static_cast<size_t>(cin), 0.f);
   const float* x = p.x.data_as<float>();
@@ -147,19 +116,10 @@ void conv1d(const Conv1dParams& p) {
 }
 
 void conv_transpose1d(const ConvTranspose1dParams& p) {
-  MAGI2_CHECK(p.x.defined() && p.x.dim() == 2 && p.w.defined() && p.w.dim() == 3,
-              "conv_transpose1d: expected x [Lin, Cin] and w [K, Cin, Cout]");
-  const int64_t lin = p.x.size(0), cin = p.x.size(1), taps = p.w.size(0), cout = p.w.size(2);
+  const Conv1dDims d = check_conv_transpose1d(p, Device::CPU);
+  const int64_t lin = d.lin, cin = d.cin, taps = d.taps, cout = d.cout, lout = d.lout;
   const int64_t s = p.stride, pad = p.padding;
-  MAGI2_CHECK(s >= 1 && pad >= 0, "conv_transpose1d: bad stride/padding");
-  const int64_t lout = (lin - 1) * s - 2 * pad + taps;
-  MAGI2_CHECK(lout >= 1, "conv_transpose1d: empty output for ", lin, " input rows");
-  check_contiguous_2d(p.x, lin, cin, "conv_transpose1d.x");
-  check_weights(p.w, taps, cin, cout, "conv_transpose1d.w");
-  MAGI2_CHECK(taps <= kMaxTaps, "conv_transpose1d: at most ", kMaxTaps, " taps, got ", taps);
-  check_contiguous_2d(p.y, lout, cout, "conv_transpose1d.y");
-  MAGI2_CHECK(p.y.data() != p.x.data(), "conv_transpose1d: y must not alias x");
-  const float* bias = optional_bias(p.bias, cout, "conv_transpose1d.bias");
+  const float* bias = p.bias.defined() ? p.bias.data_as<float>() : nullptr;
   const std::vector<float> wp = pack_weights(p.w.data_as<float>(), taps, cin, cout);
   const std::vector<float> zeros(static_cast<size_t>(cin), 0.f);
   const float* x = p.x.data_as<float>();
@@ -199,30 +159,19 @@ void conv_transpose1d(const ConvTranspose1dParams& p) {
 }
 
 void snake_beta(const SnakeBetaParams& p) {
-  MAGI2_CHECK(p.x.defined() && p.x.dim() == 2, "snake_beta: expected x [L, C]");
-  const int64_t rows = p.x.size(0), cols = p.x.size(1);
-  check_contiguous_2d(p.x, rows, cols, "snake_beta.x");
-  check_contiguous_2d(p.y, rows, cols, "snake_beta.y");
-  for (const Tensor* t : {&p.alpha, &p.beta})
-    MAGI2_CHECK(t->defined() && t->dtype() == DType::F32 && t->is_contiguous() && t->numel() == cols,
-                t == &p.alpha ? "snake_beta.alpha" : "snake_beta.beta", ": expected ", cols, " f32 values");
-  // Per-channel factors in fp32 as the official module: exp of the log-scale
-  // parameters, then 1 / (b + 1e-9).
+  const auto dims = check_snake_beta(p, Device::CPU);
+  const int64_t rows = dims[0], cols = dims[1];
+  // Per-channel factors (codec_numerics.h), then the element formula.
   std::vector<float> a(cols), inv_b(cols);
   for (int64_t c = 0; c < cols; ++c) {
-    const float al = p.alpha.data_as<float>()[c], be = p.beta.data_as<float>()[c];
-    a[c] = p.logscale ? std::exp(al) : al;
-    inv_b[c] = 1.0f / ((p.logscale ? std::exp(be) : be) + 1e-9f);
+    a[c] = snake_alpha(p.alpha.data_as<float>()[c], p.logscale);
+    inv_b[c] = snake_inv_beta(p.beta.data_as<float>()[c], p.logscale);
   }
   const float* x = p.x.data_as<float>();
   float* y = p.y.data_as<float>();
 #pragma omp parallel for schedule(static) if (rows * cols > kParallelMin)
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = x[r * cols + c];
-      const float sn = std::sin(v * a[c]);
-      y[r * cols + c] = v + inv_b[c] * (sn * sn);
-    }
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = snake_beta_element(x[r * cols + c], a[c], inv_b[c]);
 }
 
 }  // namespace magi2::cpu

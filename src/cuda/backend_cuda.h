@@ -16,9 +16,8 @@ namespace magi2 {
 /// CUDA stream owned by the backend and returns without waiting for the GPU,
 /// except `copy` into host memory. Tensors from `alloc` live on the device
 /// (Device::CUDA) and are never dereferenced on the host; their memory returns
-/// to the backend's cache when the last view is dropped. Ops that are not
-/// implemented yet throw Error("CUDA backend: <op> is not implemented yet").
-/// `options` picks kernels (CudaOptions). Errors: Error when the device cannot
+/// to the backend's cache when the last view is dropped. Every op of ops.h is
+/// implemented (block_sparse_attention included). `options` picks kernels (CudaOptions). Errors: Error when the device cannot
 /// be opened or no GPU is present, or an unknown option value.
 std::unique_ptr<Backend> make_cuda_backend(int device = 0, const CudaOptions& options = {});
 

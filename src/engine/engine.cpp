@@ -82,7 +82,7 @@ struct Engine::State {
   Clock::time_point created = Clock::now();
   bool first_run = true;
   LoadedDit model;
-  std::unique_ptr<Backend> be;      // text encoder, decoders, Wan2.2 encoder (the CPU reference for now)
+  std::unique_ptr<Backend> be;      // the CPU reference: text encoder, codecs, refiner unless their --*-device auto
   std::unique_ptr<Backend> dit_be;  // EngineOptions::device: the DiT and the denoising loop
   DitWeights dit_weights;           // on dit_be's device (uploaded once)
   std::unique_ptr<Dit> dit;
@@ -105,6 +105,10 @@ struct Engine::State {
   };
   std::unique_ptr<RefinerModel> refiner;
   double refiner_load_ms = 0;
+
+  // The TurboVAE / Stable Audio Open decoders' and the Wan2.2 encoder's backend
+  // (EngineOptions::decoder_device): the CPU reference, or the DiT's with "auto".
+  Backend& codec_backend() { return config.decoder_device == "cpu" ? *be : *dit_be; }
 
   void load_refiner() {
     if (refiner) return;
@@ -296,7 +300,7 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
   if (p.refines()) s.load_refiner();
   if (p.decodes() && !s.decoders) {
     const auto t = Clock::now();
-    s.decoders.emplace(ClipDecoders::load(s.model.root, *s.be));
+    s.decoders.emplace(ClipDecoders::load(s.model.root, s.codec_backend()));
     r.decoder_load_ms = ms_since(t);
     const StageMemory* tv = r.memory_plan.stage("turbovae_decode");
     const StageMemory* au = r.memory_plan.stage("oobleck_decode");
@@ -321,7 +325,7 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
   r.prompt_ms = ms_since(t_p);
   if (i2v && !s.wan) {
     s.wan_w = std::make_unique<Wan22EncoderWeights>(Wan22EncoderWeights::load(wan_pth));
-    s.wan = std::make_unique<Wan22Encoder>(*s.wan_w, *s.be);
+    s.wan = std::make_unique<Wan22Encoder>(*s.wan_w, s.codec_backend());
     const StageMemory* w = r.memory_plan.stage("wan22_encode");
     s.note("wan22_encoder", true, w ? w->weights : 0);
   }

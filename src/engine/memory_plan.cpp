@@ -344,9 +344,13 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
     te.source = "weights: the layers up to hidden_states[-3] in bf16; activations: formula (one layer's buffers)";
     m.stages.push_back(te);
   }
+  // --decoder-device auto puts the codecs on the DiT's backend (their weights uploaded there).
+  const bool codec_gpu = cuda && s.opt.decoder_device == "auto";
+  const char* codec_backend = codec_gpu ? "cuda" : "cpu";
+  const MemoryPool codec_pool = codec_gpu ? MemoryPool::Device : MemoryPool::Host;
   if (i2v) s.read_wan();
   if (i2v && s.wan) {
-    StageMemory w{.name = "wan22_encode", .backend = "cpu", .pool = MemoryPool::Host, .weights = s.wan_weights};
+    StageMemory w{.name = "wan22_encode", .backend = codec_backend, .pool = codec_pool, .weights = s.wan_weights};
     w.activations = 4 * s.wan_first_width * (16 * ls.height) * (16 * ls.width) * 4;
     w.source = "weights: the encoder tensors of the .pth (fp32); activations: formula (4 fp32 maps of the "
                "first stage at full resolution)";
@@ -374,7 +378,8 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
       }
     }
     const uint64_t frames = 4 * ls.frames - 3, px = 16 * ls.height * 16 * ls.width;
-    StageMemory tv{.name = "turbovae_decode", .backend = "cpu", .pool = MemoryPool::Host, .weights = s.turbo_weights};
+    StageMemory tv{.name = "turbovae_decode", .backend = codec_backend, .pool = codec_pool,
+                   .weights = s.turbo_weights};
     tv.activations = 4 * widest * 2 + frames * px * 3 + frames * px * 3 * 4;
     tv.source = "weights: the decoder tensor list in bf16; activations: formula (4 bf16 maps of the widest stage "
                 "of one temporal chunk + the f32 and u8 frames)";
@@ -385,7 +390,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
       len *= static_cast<uint64_t>(dc.strides[i - 1]);
       wmax = std::max<uint64_t>(wmax, static_cast<uint64_t>(dc.width(i - 1)) * len);
     }
-    StageMemory au{.name = "oobleck_decode", .backend = "cpu", .pool = MemoryPool::Host, .weights = s.sao_weights};
+    StageMemory au{.name = "oobleck_decode", .backend = codec_backend, .pool = codec_pool, .weights = s.sao_weights};
     au.activations = 4 * wmax * 4 + 3 * len * 2 * 8;
     au.source = "weights: the decoder tensor list in fp32; activations: formula (4 f32 maps of the widest block + "
                 "the FFT resample's complex buffers)";

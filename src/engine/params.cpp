@@ -25,6 +25,8 @@ void validate(const EngineOptions& c) {
   (void)router_bias_from_ema(c.router_bias, "--router-bias");
   MAGI2_CHECK(c.text_encoder_device == "auto" || c.text_encoder_device == "cpu",
               "--text-encoder-device must be auto or cpu, got '", c.text_encoder_device, "'");
+  MAGI2_CHECK(c.decoder_device == "auto" || c.decoder_device == "cpu", "--decoder-device must be auto or cpu, got '",
+              c.decoder_device, "'");
   (void)fp8_compute_from_name(c.fp8_compute, "--fp8-compute");
   validate(c.cuda);
 }

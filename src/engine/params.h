@@ -43,6 +43,12 @@ struct EngineOptions {
   /// (default: the DiT's device, its weights uploaded there; the CUDA text ops
   /// are checked on the H200, docs/cuda.md) or "cpu" (the reference backend).
   std::string text_encoder_device = "auto";
+  /// Where the codecs run [--decoder-device]: "cpu" (the reference backend;
+  /// the default until the CUDA codec ops have been checked on a GPU) or
+  /// "auto" (the DiT's device: the TurboVAE and Stable Audio Open decoders and
+  /// the Wan2.2 image encoder upload their weights there; the audio resample
+  /// stays on the host).
+  std::string decoder_device = "cpu";
   /// Bytes the DiT's device may hold (`--max-device-memory`); 0 = the GPU's
   /// free memory (CUDA backend) or the host's RAM (CPU backend). A request
   /// whose memory plan (engine/memory_plan.h) exceeds it is refused before

@@ -35,6 +35,24 @@ Tensor to_backend(Backend& be, const Tensor& t) {
   return d;
 }
 
+void to_backend_in_place(Backend& be, const std::vector<Tensor*>& tensors, const char* what) {
+  std::vector<CopyParams> copies;
+  for (Tensor* t : tensors) {
+    if (!t->defined() || t->device() == be.device()) continue;
+    const Tensor src = t->is_contiguous() ? *t : t->clone();
+    Tensor d;
+    try {
+      d = be.alloc(src.shape(), src.dtype());
+    } catch (const Error& e) {
+      throw Error(str_cat(what, ": cannot place ", shape_str(src.shape()), " on the ", be.name(), " backend: ",
+                          e.what()));
+    }
+    copies.push_back({.src = src, .dst = d});
+    *t = d;
+  }
+  be.copy_many(copies);
+}
+
 Tensor to_host(Backend& be, const Tensor& t) {
   if (!t.defined() || (t.device() == Device::CPU && t.is_contiguous())) return t;
   Tensor h = Tensor::empty(t.shape(), t.dtype());

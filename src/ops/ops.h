@@ -819,6 +819,11 @@ class Backend {
 /// Returns `t` itself when it is already a contiguous tensor on that device.
 Tensor to_backend(Backend& be, const Tensor& t);
 
+/// Replaces every defined tensor of `tensors` that is not on `be`'s device by a
+/// contiguous copy there (be.alloc, one copy_many): a model's weight upload.
+/// Error naming `what` when the backend cannot allocate one.
+void to_backend_in_place(Backend& be, const std::vector<Tensor*>& tensors, const char* what);
+
 /// A contiguous host copy of `t` (waits for the device); `t` itself when it is
 /// already a contiguous host tensor.
 Tensor to_host(Backend& be, const Tensor& t);

@@ -120,5 +120,19 @@ TEST(GenerateEndToEnd, DigestsDoNotDependOnThreads) {
   EXPECT_EQ(read_text_file(dir + "/f1/frame_00000.png"), read_text_file(dir + "/f2/frame_00000.png"));
 }
 
+// --decoder-device auto puts the codecs on the --device backend: with --device
+// cpu that is the CPU reference again, so the same bytes (on a GPU host
+// test_cuda_decoders compares the CUDA codecs with the CPU's).
+TEST(GenerateEndToEnd, DecoderDeviceAutoFollowsTheDeviceBackend) {
+  const std::string dir = temp_dir("e2e_decoder_device");
+  const std::string args = "--prompt 'A small boat on a calm lake.' --image " + golden_image() +
+                           " --seconds 1 --width 128 --height 64 --seed 7 --device cpu ";
+  const std::string cpu = generate(args + "--decoder-device cpu --save-audio " + dir + "/c.wav");
+  const std::string dev = generate(args + "--decoder-device auto --save-audio " + dir + "/d.wav");
+  ASSERT_FALSE(printed_hash(cpu, "video").empty()) << cpu;
+  EXPECT_EQ(printed_hash(cpu, "video"), printed_hash(dev, "video"));
+  EXPECT_EQ(printed_hash(cpu, "audio"), printed_hash(dev, "audio"));
+}
+
 }  // namespace
 }  // namespace magi2::test

@@ -35,6 +35,7 @@ TEST(KernelOptions, BadValuesAreOneLineErrors) {
   test::expect_one_line_error(magi2("bench --cuda-attention fast --device cpu --layers 1"), "--cuda-attention");
   test::expect_one_line_error(magi2("encode-text --prompt x -o /tmp/x.safetensors --text-encoder-device gpu"),
                               "--text-encoder-device");
+  test::expect_one_line_error(magi2("generate --prompt x -o /tmp/x.wav --decoder-device gpu"), "--decoder-device");
   // The text encoder bench runs at the 27B widths: it refuses the CPU backend before making anything.
   test::expect_one_line_error(magi2("bench --stage text --device cpu --layers 1"), "needs the CUDA backend");
   test::expect_one_line_error(magi2("bench --fp8-compute w4a4 --device cpu --layers 1"), "--fp8-compute");
@@ -51,6 +52,9 @@ TEST(KernelOptions, EngineOptionsValidateTheChoices) {
   o = EngineOptions();
   o.text_encoder_device = "gpu";
   EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--text-encoder-device", "auto or cpu", "gpu"}));
+  o = EngineOptions();
+  o.decoder_device = "gpu";
+  EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--decoder-device", "auto or cpu", "gpu"}));
   o = EngineOptions();
   o.fp8_compute = "w4a4";
   EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--fp8-compute", "w8a16 or w8a8", "w4a4"}));

@@ -560,6 +560,7 @@ std::vector<OpEntry> backend_op_table() {
   for (OpEntry& e : sampler_entries(100003, "100003 elements (odd)")) t.push_back(std::move(e));
   for (OpEntry& e : step_counter_entries()) t.push_back(std::move(e));
   for (OpEntry& e : text_encoder_op_entries()) t.push_back(std::move(e));
+  for (OpEntry& e : codec_op_entries()) t.push_back(std::move(e));
   return t;
 }
 

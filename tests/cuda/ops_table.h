@@ -99,4 +99,7 @@ std::vector<OpEntry> backend_op_table();
 /// The Qwen3.5 text encoder's entries (ops_table_text.cpp), part of the table.
 std::vector<OpEntry> text_encoder_op_entries();
 
+/// The codec ops' entries (ops_table_codec.cpp), part of the table.
+std::vector<OpEntry> codec_op_entries();
+
 }  // namespace magi2::test

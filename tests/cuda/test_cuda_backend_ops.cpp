@@ -26,6 +26,7 @@
 #include "cuda_fixture.h"
 #include "ops/ops.h"
 #include "ops_table.h"
+#include "util/testing.h"
 
 namespace magi2 {
 namespace {
@@ -50,22 +51,13 @@ double ulp_at(double v, DType dt) {
   return std::ldexp(1.0, e - (dt == DType::BF16 ? 8 : 24));
 }
 
-/// Elements whose bytes differ between two contiguous host tensors.
-int64_t differing(const Tensor& a, const Tensor& b) {
-  const size_t e = dtype_size(a.dtype());
-  int64_t n = 0;
-  for (int64_t i = 0; i < a.numel(); ++i)
-    n += std::memcmp(static_cast<const char*>(a.data()) + i * e, static_cast<const char*>(b.data()) + i * e, e) != 0;
-  return n;
-}
-
 /// Judges `got` against the reference `want` (host tensors, pairwise same shape and dtype).
 Verdict judge(const Tolerance& tol, const std::vector<Tensor>& got, const std::vector<Tensor>& want) {
   char buf[160];
   Verdict v;
   if (tol.kind == TolKind::Exact) {
     int64_t diff = 0, total = 0;
-    for (size_t i = 0; i < got.size(); ++i) diff += differing(got[i], want[i]), total += want[i].numel();
+    for (size_t i = 0; i < got.size(); ++i) diff += test::differing_elements(got[i], want[i]), total += want[i].numel();
     std::snprintf(buf, sizeof buf, "%lld of %lld differ (bit-exact, <= %lld allowed)", static_cast<long long>(diff),
                   static_cast<long long>(total), static_cast<long long>(tol.allowed));
     v.pass = diff <= tol.allowed;
@@ -73,7 +65,7 @@ Verdict judge(const Tolerance& tol, const std::vector<Tensor>& got, const std::v
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) {
       if (want[i].dtype() == DType::I32) {
-        if (differing(got[i], want[i]) != 0) worst = std::numeric_limits<double>::infinity();
+        if (test::differing_elements(got[i], want[i]) != 0) worst = std::numeric_limits<double>::infinity();
         continue;
       }
       const Tensor g = got[i].to(DType::F32), w = want[i].to(DType::F32);
@@ -95,7 +87,7 @@ Verdict judge(const Tolerance& tol, const std::vector<Tensor>& got, const std::v
     double rel = 0, mx = 0, bound = 0;
     for (size_t i = 0; i < got.size(); ++i) {
       if (want[i].dtype() == DType::I32) {  // indices (expert selections): exact, as in the ulp branch
-        if (differing(got[i], want[i]) != 0) v.pass = false, mx = std::numeric_limits<double>::infinity();
+        if (test::differing_elements(got[i], want[i]) != 0) v.pass = false, mx = std::numeric_limits<double>::infinity();
         continue;
       }
       const Tensor g = got[i].to(DType::F32), w = want[i].to(DType::F32);

@@ -19,14 +19,6 @@ namespace {
 
 std::string fixture_dir() { return golden_dir() + "/sa_audio_vae_tiny"; }
 
-// Official [1, C, L] -> our channels-last [L, C].
-Tensor channels_last(const Tensor& t) {
-  const int64_t c = t.size(1), l = t.size(2);
-  Tensor src = t.to(DType::F32), out = Tensor::empty({l, c}, DType::F32);
-  for (int64_t i = 0; i < c; ++i)
-    for (int64_t j = 0; j < l; ++j) out.data_as<float>()[j * c + i] = src.data_as<float>()[i * l + j];
-  return out;
-}
 
 void expect_close(const std::string& what, const Tensor& got, const Tensor& ref, double rel, double max_abs) {
   ASSERT_EQ(got.shape(), ref.shape()) << what;
@@ -77,7 +69,7 @@ TEST(OobleckGolden, IntermediatesMatch) {
   for (int l = 0; l <= 5; ++l) {
     const std::string name = "dec_layer" + std::to_string(l);
     ASSERT_TRUE(f.dumps.count(name)) << name;
-    expect_close(name, f.dumps[name], channels_last(f.io->tensor(name)), 1.2e-3, 2.5e-3);
+    expect_close(name, f.dumps[name], audio_channels_last(f.io->tensor(name)), 1.2e-3, 2.5e-3);
   }
 }
 
@@ -87,18 +79,18 @@ TEST(OobleckGolden, WaveformAndAudioMatch) {
   const Tensor& wave = f.dumps["waveform"];
   EXPECT_EQ(wave.shape(), (Shape{24576, 2}));
   EXPECT_EQ(f.audio.shape(), (Shape{21168, 2}));
-  expect_close("waveform vs golden (TF32)", wave, channels_last(f.io->tensor("waveform")), 1.2e-3, 2e-3);
+  expect_close("waveform vs golden (TF32)", wave, audio_channels_last(f.io->tensor("waveform")), 1.2e-3, 2e-3);
   expect_close("audio_44k vs golden (TF32)", f.audio, f.io->tensor("audio_44k"), 1.2e-3, 2e-3);
-  expect_close("waveform vs cpu_fp32", wave, channels_last(f.variants->tensor("waveform_cpu_fp32")), 3e-6, 4e-6);
+  expect_close("waveform vs cpu_fp32", wave, audio_channels_last(f.variants->tensor("waveform_cpu_fp32")), 3e-6, 4e-6);
   expect_close("audio_44k vs cpu_fp32", f.audio, f.variants->tensor("audio_44k_cpu_fp32"), 3e-6, 4e-6);
-  expect_close("waveform vs gpu_tf32off", wave, channels_last(f.variants->tensor("waveform_gpu_tf32off")), 3e-6,
+  expect_close("waveform vs gpu_tf32off", wave, audio_channels_last(f.variants->tensor("waveform_gpu_tf32off")), 3e-6,
                4e-6);
   expect_close("audio_44k vs gpu_tf32off", f.audio, f.variants->tensor("audio_44k_gpu_tf32off"), 3e-6, 4e-6);
 }
 
 TEST(OobleckGolden, ResampleAloneMatchesScipy) {
   Fixture& f = Fixture::get();
-  Tensor wave = channels_last(f.io->tensor("waveform"));
+  Tensor wave = audio_channels_last(f.io->tensor("waveform"));
   Tensor out = fourier_resample(wave, 24576 * 441 / 512);
   expect_close("resample(golden waveform)", out, f.io->tensor("audio_44k"), 4e-7, 2.5e-7);
 }

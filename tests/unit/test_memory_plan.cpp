@@ -137,6 +137,35 @@ TEST(MemoryPlan, TextEncoderOnTheGpuSharesItsBudget) {
   EXPECT_EQ(seq.residency, Residency::Sequential) << seq.text();
 }
 
+// --decoder-device auto on CUDA (planned here without a GPU): the TurboVAE and
+// Stable Audio Open decoders and the Wan2.2 encoder are device stages beside
+// the DiT, so the decode phase's device peak holds them; with "cpu" they are
+// host stages.
+TEST(MemoryPlan, DecodersOnTheGpuCountOnTheDevice) {
+  const std::string dir = test::temp_dir("memplan_codec_gpu");
+  EngineOptions o = tiny_options();
+  o.device = "cuda";
+  GenerateParams a = small_request(dir, "a");
+  a.outputs.wav_path = dir + "/a.wav";  // a decoding request
+  const MemoryPlan host = MemoryPlanner(o, "cuda").plan(a, 0, "none");
+  for (const char* st : {"turbovae_decode", "oobleck_decode"}) {
+    ASSERT_NE(host.stage(st), nullptr) << st;
+    EXPECT_EQ(host.stage(st)->pool, MemoryPool::Host) << st;
+    EXPECT_EQ(host.stage(st)->backend, "cpu") << st;
+  }
+  o.decoder_device = "auto";
+  const MemoryPlan dev = MemoryPlanner(o, "cuda").plan(a, 0, "none");
+  uint64_t codecs = 0;
+  for (const char* st : {"turbovae_decode", "oobleck_decode"}) {
+    ASSERT_NE(dev.stage(st), nullptr) << st;
+    EXPECT_EQ(dev.stage(st)->pool, MemoryPool::Device) << st;
+    EXPECT_EQ(dev.stage(st)->backend, "cuda") << st;
+    codecs += dev.stage(st)->total();
+  }
+  EXPECT_GE(dev.peak_device, dev.stage("dit")->total() + codecs) << dev.text();
+  EXPECT_GT(dev.peak_device, host.peak_device) << dev.text();
+}
+
 TEST(MemoryPlan, DitStaysResidentAcrossSamplesWithinTheBudget) {
   const std::string dir = test::temp_dir("memplan_together");
   Engine engine(tiny_options());  // budget: the host's RAM

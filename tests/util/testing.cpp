@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,6 +50,24 @@ std::string temp_dir(const std::string& tag) {
   if (temp_dirs().empty()) std::atexit(remove_temp_dirs);
   temp_dirs().push_back(p.string());
   return p.string();
+}
+
+int64_t differing_elements(const Tensor& a, const Tensor& b) {
+  MAGI2_CHECK(a.numel() == b.numel() && a.dtype() == b.dtype(), "differing_elements: ", shape_str(a.shape()), " vs ",
+              shape_str(b.shape()));
+  const size_t e = dtype_size(a.dtype());
+  int64_t n = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    n += std::memcmp(static_cast<const char*>(a.data()) + i * e, static_cast<const char*>(b.data()) + i * e, e) != 0;
+  return n;
+}
+
+Tensor audio_channels_last(const Tensor& t) {
+  const int64_t c = t.size(1), l = t.size(2);
+  Tensor src = t.to(DType::F32), out = Tensor::empty({l, c}, DType::F32);
+  for (int64_t i = 0; i < c; ++i)
+    for (int64_t j = 0; j < l; ++j) out.data_as<float>()[j * c + i] = src.data_as<float>()[i * l + j];
+  return out;
 }
 
 Diff compare(const Tensor& a, const Tensor& b) {

@@ -30,6 +30,14 @@ struct Diff {
 };
 Diff compare(const Tensor& a, const Tensor& b);
 
+/// Elements whose bytes differ between two contiguous host tensors of one
+/// dtype and element count.
+int64_t differing_elements(const Tensor& a, const Tensor& b);
+
+/// An official channels-first [1, C, L] audio tensor (any float dtype) as
+/// channels-last [L, C] f32.
+Tensor audio_channels_last(const Tensor& t);
+
 /// Expects `f` to throw magi2::Error with a one-line message containing every
 /// word (the engine's error contract: one line naming the thing at fault).
 template <typename F>

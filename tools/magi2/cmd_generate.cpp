@@ -41,6 +41,7 @@ struct GenerateArgs {
   int refiner_steps = -1;  ///< -1: the config's magi2_refiner_num_inference_steps
   std::string refiner_device = "cpu";
   std::string text_encoder_device = "auto";
+  std::string decoder_device = "cpu";
   std::string latents;     ///< `magi2 refine --latents`: saved preview latents
   std::string seed = "42";
   int steps = -1;  ///< -1: the config's num_inference_steps
@@ -144,6 +145,7 @@ int run_generate(const GenerateArgs& a) {
   ec.device = a.device;
   ec.refiner_device = a.refiner_device;
   ec.text_encoder_device = a.text_encoder_device;
+  ec.decoder_device = a.decoder_device;
   if (!a.max_device_memory.empty()) ec.max_device_memory = parse_byte_size(a.max_device_memory, "--max-device-memory");
   ec.weights = a.weights;
   ec.router_bias = a.router_bias;
@@ -361,6 +363,7 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
     add_router_bias_option(s, a.router_bias);
     add_cuda_attention_option(s, a.cuda_attention);
     add_text_encoder_device_option(s, a.text_encoder_device);
+    add_decoder_device_option(s, a.decoder_device);
     add_fp8_compute_option(s, a.fp8_compute);
     s->add_flag("--enhance-prompt", a.enhance_prompt,
                 "rewrite the prompt into the structured caption through an OpenAI-compatible endpoint (--pe-*)")

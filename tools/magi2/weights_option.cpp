@@ -43,6 +43,13 @@ CLI::Option* add_text_encoder_device_option(CLI::App* app, std::string& dst) {
                     {"cpu", "auto"}, "MAGI2_TEXT_ENCODER_DEVICE");
 }
 
+CLI::Option* add_decoder_device_option(CLI::App* app, std::string& dst) {
+  return add_choice(app, "--decoder-device", dst,
+                    "where the codecs run (TurboVAE, Stable Audio Open, the Wan2.2 image encoder): cpu (the "
+                    "reference backend, default) or auto (the --device backend; CUDA not yet checked on a GPU)",
+                    {"cpu", "auto"}, "MAGI2_DECODER_DEVICE");
+}
+
 CLI::Option* add_fp8_compute_option(CLI::App* app, std::string& dst) {
   return add_choice(app, "--fp8-compute", dst,
                     "how FP8 routed experts compute: w8a16 (bf16 activations) or w8a8 (e4m3 activations in 1x128 "

@@ -2,8 +2,8 @@
 // forward, bench, serve; docs/fp8.md), `--router-bias` (generate, refine,
 // forward, inspect, serve), `--cuda-attention` (generate, refine, forward,
 // bench, serve; docs/cuda.md), `--text-encoder-device` (generate, refine,
-// encode-text, serve) and `--fp8-compute` (generate, forward, bench, serve;
-// docs/fp8.md). Each has its MAGI2_* env mirror here, so the library itself
+// encode-text, serve), `--decoder-device` (generate, refine, serve) and
+// `--fp8-compute` (generate, forward, bench, serve; docs/fp8.md). Each has its MAGI2_* env mirror here, so the library itself
 // reads no environment.
 #pragma once
 
@@ -32,6 +32,11 @@ CLI::Option* add_cuda_attention_option(CLI::App* app, std::string& dst);
 /// writing to `dst` (EngineOptions::text_encoder_device: cpu = the reference
 /// backend, auto = the --device backend); other values are refused at parse time.
 CLI::Option* add_text_encoder_device_option(CLI::App* app, std::string& dst);
+
+/// Adds `--decoder-device cpu|auto` (env MAGI2_DECODER_DEVICE) writing to
+/// `dst` (EngineOptions::decoder_device: cpu = the reference backend, auto =
+/// the --device backend); other values are refused at parse time.
+CLI::Option* add_decoder_device_option(CLI::App* app, std::string& dst);
 
 /// Adds `--fp8-compute w8a16|w8a8` (env MAGI2_FP8_COMPUTE) writing to `dst`
 /// (EngineOptions::fp8_compute, DitWeights::fp8_compute); other values are refused at parse time.

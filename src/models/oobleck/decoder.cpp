@@ -1,6 +1,7 @@
 #include "models/oobleck/decoder.h"
 
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "models/oobleck/resample.h"
@@ -14,7 +15,26 @@ OobleckDecoder OobleckDecoder::load(const std::string& sao_dir, Backend& be) {
 }
 
 OobleckDecoder::OobleckDecoder(SaoVaeConfig config, OobleckDecoderWeights weights, Backend& be)
-    : config_(std::move(config)), weights_(std::move(weights)), be_(&be) {}
+    : config_(std::move(config)), weights_(std::move(weights)), be_(&be) {
+  // Weights go to the backend's device once (a no-op on the CPU backend).
+  std::vector<Tensor*> ts;
+  auto conv = [&ts](OobleckConv& c) { ts.insert(ts.end(), {&c.w, &c.bias}); };
+  auto snake = [&ts](OobleckSnake& s) { ts.insert(ts.end(), {&s.alpha, &s.beta}); };
+  conv(weights_.conv_in);
+  for (OobleckDecoderBlock& b : weights_.blocks) {
+    snake(b.snake);
+    conv(b.upsample);
+    for (OobleckResidualUnit& r : b.res) {
+      snake(r.snake1);
+      snake(r.snake2);
+      conv(r.conv1);
+      conv(r.conv2);
+    }
+  }
+  snake(weights_.snake_out);
+  conv(weights_.conv_out);
+  to_backend_in_place(be, ts, "audio decoder weights");
+}
 
 Tensor OobleckDecoder::conv(const OobleckConv& c, const Tensor& x, const Tensor& residual) const {
   const int64_t k = c.w.size(0);
@@ -46,9 +66,9 @@ Tensor OobleckDecoder::decode_waveform(const Tensor& latent, const OobleckDump& 
   // SAAudioFeatureExtractor.decode rescales by std 1, mean 0 and the VAE
   // bottleneck decode is the identity: the latent enters the decoder as is.
   Tensor z = latent.is_contiguous() ? latent : latent.clone();
-  z = z.reshape({z.size(-2), ld});
+  z = to_backend(*be_, z.reshape({z.size(-2), ld}));
   auto emit = [&](const std::string& name, const Tensor& t) {
-    if (dump) dump(name, t);
+    if (dump) dump(name, to_host(*be_, t));
   };
 
   const OobleckDecoderWeights& w = weights_;
@@ -71,7 +91,7 @@ Tensor OobleckDecoder::decode_waveform(const Tensor& latent, const OobleckDump& 
   snake(w.snake_out, x, x);
   Tensor y = conv(w.conv_out, x);  // [N, io_channels]; final_tanh is false: no squashing
   emit("waveform", y);
-  return y;
+  return to_host(*be_, y);
 }
 
 Tensor OobleckDecoder::decode(const Tensor& latent, const OobleckDump& dump) const {

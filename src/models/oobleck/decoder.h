@@ -15,7 +15,7 @@
 
 namespace magi2 {
 
-/// Receives named intermediates (CPU tensors, valid only during the call):
+/// Receives named intermediates (host tensors, valid only during the call):
 /// "dec_layer0" (after the input conv), "dec_layer1".."dec_layer<n>" (after
 /// each DecoderBlock), "waveform" (decoder output), all [L, C] f32.
 using OobleckDump = std::function<void(const std::string& name, const Tensor& t)>;
@@ -29,6 +29,8 @@ inline constexpr int64_t kAudioResampleDen = 512;
 /// The audio decoder of MAGI-2: final audio latent -> stereo waveform at
 /// 44.1 kHz. Every tensor op runs on the given Backend (conv1d,
 /// conv_transpose1d, snake_beta); only the resample runs on the host (FFTW).
+/// On a device backend the weights are uploaded once at construction and the
+/// latent on each decode; results and dumps come back as host tensors.
 /// A decode allocates its activations per call (peak about 3 x L*2048 x 128
 /// floats: ~0.8 GB for the 250-frame release clip).
 class OobleckDecoder {

@@ -78,6 +78,26 @@ TurboVaeDecoder::TurboVaeDecoder(TurboVaeConfig cfg, TurboVaeWeights weights, Ba
   }
   inv_std_ = Tensor::from_f32({kWan22LatentChannels}, inv);
   mean_ = Tensor::from_f32({kWan22LatentChannels}, mean);
+  // Weights and statistics go to the backend's device once (a no-op on the CPU backend).
+  std::vector<Tensor*> ts{&inv_std_, &mean_};
+  auto conv = [&ts](TurboConv& c) { ts.insert(ts.end(), {&c.w, &c.b}); };
+  auto res = [&](TurboResBlock& r) {
+    conv(r.conv1);
+    conv(r.conv2);
+    conv(r.conv_shortcut);
+  };
+  conv(w_.conv_in);
+  for (TurboResBlock& r : w_.mid_block) res(r);
+  for (TurboUpBlock& u : w_.up_blocks) {
+    if (u.has_conv_in) res(u.conv_in);
+    if (u.has_upsampler) {
+      conv(u.upsampler.time_conv);
+      conv(u.upsampler.resample);
+    }
+    for (TurboResBlock& r : u.resnets) res(r);
+  }
+  conv(w_.conv_out);
+  to_backend_in_place(be, ts, "TurboVAE weights");
 }
 
 Shape TurboVaeDecoder::frames_shape(const Shape& s) const {
@@ -153,6 +173,10 @@ Tensor TurboVaeDecoder::upsample(const TurboUpsampler& u, const Tensor& x, bool 
 // ------------------------------------------------------------ one decoder call
 
 Tensor TurboVaeDecoder::forward_chunk(const Tensor& z, bool is_first_chunk, const std::string& tag) const {
+  return to_host(*be_, forward_chunk_on(to_backend(*be_, z), is_first_chunk, tag));
+}
+
+Tensor TurboVaeDecoder::forward_chunk_on(const Tensor& z, bool is_first_chunk, const std::string& tag) const {
   check_tensor(z, {z.size(0), z.size(1), z.size(2), cfg_.latent_channels}, w_.dtype, "TurboVAE chunk input");
   const std::string pre = tag.empty() ? "" : tag + "_";
   Tensor h = conv(w_.conv_in, z, 3, 3, 3);
@@ -177,10 +201,13 @@ Tensor TurboVaeDecoder::forward_chunk(const Tensor& z, bool is_first_chunk, cons
 
 // ------------------------------------------------------------ sliding window
 
-Tensor TurboVaeDecoder::decode_frames(const Tensor& latent) const {
-  const Shape fs_shape = frames_shape(latent.shape());
-  MAGI2_CHECK(latent.is_contiguous() && (latent.dtype() == DType::F32 || latent.dtype() == DType::BF16),
+Tensor TurboVaeDecoder::decode_frames(const Tensor& latent) const { return to_host(*be_, decode_frames_on(latent)); }
+
+Tensor TurboVaeDecoder::decode_frames_on(const Tensor& host_latent) const {
+  const Shape fs_shape = frames_shape(host_latent.shape());
+  MAGI2_CHECK(host_latent.is_contiguous() && (host_latent.dtype() == DType::F32 || host_latent.dtype() == DType::BF16),
               "TurboVAE: the latent must be a contiguous f32 or bf16 tensor");
+  const Tensor latent = to_backend(*be_, host_latent);
   const int64_t C = latent.size(0), T = latent.size(1), h = latent.size(2), w = latent.size(3);
   // The pipeline hands the decoder a bf16 latent (decode_video: latent.to(bf16)).
   Tensor zb = be_->alloc(latent.shape(), DType::BF16);
@@ -202,7 +229,7 @@ Tensor TurboVaeDecoder::decode_frames(const Tensor& latent) const {
     const TurboChunk& c = plan.chunks[i];
     const Tensor zin = z.slice_rows(c.begin, c.end);
     emit("chunk" + std::to_string(i) + "_in", zin);
-    const Tensor y = forward_chunk(zin, c.first, "dec" + std::to_string(i));
+    const Tensor y = forward_chunk_on(zin, c.first, "dec" + std::to_string(i));
     const int64_t keep_end = y.size(0) - c.drop_back;
     const int64_t n = std::min(keep_end - c.drop_front, fs_shape[0] - pos);  // the padding's frames fall off the end
     if (n > 0) {
@@ -216,10 +243,10 @@ Tensor TurboVaeDecoder::decode_frames(const Tensor& latent) const {
 }
 
 Tensor TurboVaeDecoder::decode(const Tensor& latent) const {
-  const Tensor f = decode_frames(latent);
+  const Tensor f = decode_frames_on(latent);
   Tensor u8 = be_->alloc(f.shape(), DType::U8);
   be_->frames_to_u8({.x = rows_of(f), .y = rows_of(u8)});
-  return u8;
+  return to_host(*be_, u8);
 }
 
 }  // namespace magi2

@@ -33,7 +33,9 @@ inline constexpr const char* kTurboVaeCheckpointName = "checkpoint.ckpt";
 std::string turbo_vae_config_path(const std::string& dir);
 
 /// A loaded decoder bound to one backend (which must outlive it). One decode
-/// at a time per instance (it caches per-width norm gains).
+/// at a time per instance (it caches per-width norm gains). On a device
+/// backend the weights are uploaded once at construction, inputs on each
+/// call; results and dumps come back as host tensors.
 class TurboVaeDecoder {
  public:
   /// Loads `turbo_vae_dir`/TurboV3-Wan22-TinyShallow_7_7.json (or, when that
@@ -71,20 +73,23 @@ class TurboVaeDecoder {
   /// the dumped intermediates ("dec0" -> "dec0_conv_in", ...).
   Tensor forward_chunk(const Tensor& z, bool is_first_chunk, const std::string& tag = "") const;
 
-  /// Observer for named intermediates (channels-last tensors, valid during the
+  /// Observer for named intermediates (channels-last host tensors, valid during the
   /// call): "chunk<i>_in", "<tag>_conv_in", "<tag>_mid_block",
   /// "<tag>_up_block<b>" (tags are "dec<i>" in decode_frames).
   using DumpFn = std::function<void(const std::string& name, const Tensor& t)>;
   void set_dump(DumpFn fn) { dump_ = std::move(fn); }
 
  private:
+  // decode_frames / forward_chunk with the result left on the backend's device.
+  Tensor decode_frames_on(const Tensor& host_latent) const;
+  Tensor forward_chunk_on(const Tensor& z, bool is_first_chunk, const std::string& tag) const;
   Tensor conv(const TurboConv& c, const Tensor& x, int kt, int kh, int kw) const;
   Tensor rms(const Tensor& x, float eps) const;
   void act(const Tensor& x, Activation kind) const;
   Tensor res_block(const TurboResBlock& r, const Tensor& x) const;
   Tensor upsample(const TurboUpsampler& u, const Tensor& x, bool is_first_chunk) const;
   void emit(const std::string& name, const Tensor& t) const {
-    if (dump_) dump_(name, t);
+    if (dump_) dump_(name, to_host(*be_, t));
   }
 
   TurboVaeConfig cfg_;

@@ -74,11 +74,28 @@ void add_into(Backend& be, const Tensor& acc, const Tensor& other) {
 }
 
 // Hands an intermediate to the caller's dump hook, if any.
-void emit(const Wan22DumpFn& dump, const std::string& name, const Tensor& x) {
-  if (dump) dump(name, x);
+void emit(Backend& be, const Wan22DumpFn& dump, const std::string& name, const Tensor& x) {
+  if (dump) dump(name, to_host(be, x));
 }
 
 }  // namespace
+
+Wan22Encoder::Wan22Encoder(const Wan22EncoderWeights& w, Backend& be) : w_(w), be_(be) {
+  std::vector<Tensor*> ts{&w_.conv1_w,    &w_.conv1_b,     &w_.attn_gamma, &w_.attn_qkv_w, &w_.attn_qkv_b,
+                          &w_.attn_proj_w, &w_.attn_proj_b, &w_.head_gamma, &w_.head_w,     &w_.head_b,
+                          &w_.quant_w,     &w_.quant_b};
+  auto res = [&ts](Wan22ResBlock& r) {
+    ts.insert(ts.end(), {&r.gamma0, &r.conv0_w, &r.conv0_b, &r.gamma1, &r.conv1_w, &r.conv1_b, &r.shortcut_w,
+                         &r.shortcut_b});
+  };
+  for (Wan22DownBlock& d : w_.down) {
+    for (Wan22ResBlock& r : d.res) res(r);
+    ts.insert(ts.end(), {&d.resample_w, &d.resample_b});
+  }
+  res(w_.mid0);
+  res(w_.mid2);
+  to_backend_in_place(be, ts, "Wan2.2 encoder weights");
+}
 
 int64_t Wan22Encoder::spatial_stride() const {
   int64_t s = 2;  // patchify
@@ -133,14 +150,11 @@ Tensor Wan22Encoder::encode(const Tensor& pixels, const Wan22DumpFn& dump) const
         for (int64_t dx = 0; dx < 2; ++dx)
           for (int64_t dy = 0; dy < 2; ++dy)
             pt[(y * w2 + x) * 12 + 4 * c + 2 * dx + dy] = px[(c * H + 2 * y + dy) * W + 2 * x + dx];
-  // Host-side boundary conversions (patchify here, the final transpose below)
-  // need a backend whose tensors the host can write.
-  MAGI2_CHECK(be_.device() == Device::CPU, "Wan2.2 encoder: only the CPU backend is supported for now");
-  Tensor x = be_.alloc(host.shape(), DType::F32);
-  std::memcpy(x.data(), host.data(), host.nbytes());
+  // The boundary conversions (patchify here, the final transpose below) run on the host.
+  Tensor x = to_backend(be_, host);
 
   x = conv3x3(be_, x, w_.conv1_w, w_.conv1_b);
-  emit(dump, "enc_conv1", x);
+  emit(be_, dump, "enc_conv1", x);
 
   for (size_t i = 0; i < w_.down.size(); ++i) {
     const Wan22DownBlock& d = w_.down[i];
@@ -155,21 +169,21 @@ Tensor Wan22Encoder::encode(const Tensor& pixels, const Wan22DumpFn& dump) const
     a.factor_s = d.spatial_down ? 2 : 1;
     be_.avg_down3d(a);
     add_into(be_, x, a.y);
-    emit(dump, "enc_down" + std::to_string(i), x);
+    emit(be_, dump, "enc_down" + std::to_string(i), x);
   }
 
   x = res_block(w_.mid0, x);
-  emit(dump, "enc_mid0", x);
+  emit(be_, dump, "enc_mid0", x);
   x = attention_block(x);
-  emit(dump, "enc_mid1", x);
+  emit(be_, dump, "enc_mid1", x);
   x = res_block(w_.mid2, x);
-  emit(dump, "enc_mid2", x);
+  emit(be_, dump, "enc_mid2", x);
 
   x = l2_norm(be_, x, w_.head_gamma, /*silu=*/true);
   x = conv3x3(be_, x, w_.head_w, w_.head_b);
-  emit(dump, "enc_head", x);
+  emit(be_, dump, "enc_head", x);
   Tensor mu_logvar = pointwise(be_, x, w_.quant_w, w_.quant_b);
-  emit(dump, "mu_logvar", mu_logvar);
+  emit(be_, dump, "mu_logvar", mu_logvar);
 
   // latent = (mu - mean) * (1 / std), with 1/std in fp32 as the official.
   const int64_t z = w_.z_dim;
@@ -177,20 +191,22 @@ Tensor Wan22Encoder::encode(const Tensor& pixels, const Wan22DumpFn& dump) const
               " channels, the checkpoint has ", z);
   std::vector<float> inv_std(z);
   for (int64_t c = 0; c < z; ++c) inv_std[c] = 1.0f / kWan22LatentStd[c];
-  const Tensor mean = Tensor::from_f32({z}, std::vector<float>(kWan22LatentMean.begin(), kWan22LatentMean.end()));
+  const Tensor mean =
+      to_backend(be_, Tensor::from_f32({z}, std::vector<float>(kWan22LatentMean.begin(), kWan22LatentMean.end())));
   Tensor latent = be_.alloc({1, mu_logvar.size(1), mu_logvar.size(2), z}, DType::F32);
   ChannelAffineParams n;
   n.x = rows_of(mu_logvar).slice_cols(0, z);
   n.shift = mean;
-  n.mul = Tensor::from_f32({z}, inv_std);
+  n.mul = to_backend(be_, Tensor::from_f32({z}, inv_std));
   n.y = rows_of(latent);
   be_.channel_affine(n);
-  emit(dump, "latent", latent);
+  emit(be_, dump, "latent", latent);
 
   // Model boundary: channels-last [1, h, w, z] -> [z, 1, h, w].
   const int64_t hl = latent.size(1), wl = latent.size(2);
   Tensor out = Tensor::empty({z, 1, hl, wl}, DType::F32);
-  const float* l = latent.data_as<float>();
+  const Tensor lh = to_host(be_, latent);
+  const float* l = lh.data_as<float>();
   float* o = out.data_as<float>();
   for (int64_t p = 0; p < hl * wl; ++p)
     for (int64_t c = 0; c < z; ++c) o[c * hl * wl + p] = l[p * z + c];
