@@ -6,6 +6,7 @@
 #include "cuda/allocator.h"
 #include "cuda/attn_ops.h"
 #include "cuda/codec_ops.h"
+#include "cuda/conv_runner.h"
 #include "cuda/cuda_common.h"
 #include "cuda/linear.h"
 #include "cuda/mhc_moe.h"
@@ -50,6 +51,8 @@ class CudaBackend final : public Backend {
     linear_ = std::make_unique<LinearRunner>(workspace_.get(), kGemmWorkspace);
     moe_ = std::make_unique<MoeExpertsRunner>([cache = cache_](size_t bytes) { return cache->get(bytes); });
     scratch_ = std::make_unique<SplitScratch>([cache = cache_](size_t bytes) { return cache->get(bytes); });
+    conv_ = std::make_unique<ConvRunner>([cache = cache_](size_t bytes) { return cache->get(bytes); });
+    conv_cudnn_ = conv_cudnn_selected();
     fused_ = {.mhc = fused_selected("MAGI2_MHC_KERNEL"), .router = fused_selected("MAGI2_ROUTER_KERNEL"),
               .scratch = scratch_.get()};
   }
@@ -58,6 +61,7 @@ class CudaBackend final : public Backend {
     linear_.reset();
     moe_.reset();
     scratch_.reset();
+    conv_.reset();
     cudaStreamDestroy(stream_);
   }
 
@@ -172,7 +176,11 @@ class CudaBackend final : public Backend {
   void conv1d(const Conv1dParams& p) override { cuda::conv1d(p, stream_); }
   void conv_transpose1d(const ConvTranspose1dParams& p) override { cuda::conv_transpose1d(p, stream_); }
   void snake_beta(const SnakeBetaParams& p) override { cuda::snake_beta(p, stream_); }
-  void conv3d(const Conv3dParams& p) override { cuda::conv3d(p, stream_); }
+  void conv3d(const Conv3dParams& p) override {
+    if (!(conv_cudnn_ && conv_->conv3d(p, stream_))) cuda::conv3d(p, stream_);
+  }
+  /// conv3d on cuDNN whatever MAGI2_CONV_KERNEL says (cuda_conv3d_cudnn).
+  bool conv3d_cudnn(const Conv3dParams& p) { return conv_->conv3d(p, stream_); }
   void activation(const ActivationParams& p) override { cuda::activation(p, stream_); }
   void upsample_nearest(const UpsampleNearestParams& p) override { cuda::upsample_nearest(p, stream_); }
   void channels_to_time(const ChannelsToTimeParams& p) override { cuda::channels_to_time(p, stream_); }
@@ -231,6 +239,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<LinearRunner> linear_;
   std::unique_ptr<MoeExpertsRunner> moe_;
   std::unique_ptr<SplitScratch> scratch_;
+  std::unique_ptr<ConvRunner> conv_;  // conv3d on cuDNN (conv_runner.h)
+  bool conv_cudnn_ = false;           // MAGI2_CONV_KERNEL=cudnn
   FusedPaths fused_;  // MAGI2_MHC_KERNEL / MAGI2_ROUTER_KERNEL (fused_kernels.h)
 };
 
@@ -320,6 +330,8 @@ void cuda_profile_begin(Backend& b) { cuda::as_cuda(b).profile_begin(); }
 std::map<std::string, double> cuda_profile_end(Backend& b) { return cuda::as_cuda(b).profile_end(); }
 
 void cuda_synchronize(Backend& b) { MAGI2_CUDA_CHECK(cudaStreamSynchronize(cuda::as_cuda(b).stream())); }
+
+bool cuda_conv3d_cudnn(Backend& b, const Conv3dParams& p) { return cuda::as_cuda(b).conv3d_cudnn(p); }
 
 void cuda_fill_random(Backend& b, const Tensor& t, uint64_t seed, float stddev) {
   cuda::fill_random(t, seed, stddev, cuda::as_cuda(b).stream());

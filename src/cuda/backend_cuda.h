@@ -59,6 +59,11 @@ struct CudaMemoryStats {
 /// Error unless `b` is a CUDA backend.
 CudaMemoryStats cuda_memory_stats(Backend& b);
 
+/// conv3d through cuDNN on the CUDA backend `b` whatever MAGI2_CONV_KERNEL
+/// says (cuda/conv_runner.h): false when cuDNN does not apply to p (nothing
+/// is run then). For the op table and benchmarks; Error on another backend.
+bool cuda_conv3d_cudnn(Backend& b, const Conv3dParams& p);
+
 /// Fills a contiguous device tensor with seeded pseudo-random values, on the
 /// backend's stream (benchmarks: release-size weights made on the GPU without a
 /// host copy). Element i depends only on (seed, i) (a splitmix64 hash). F32 and

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "cuda/codec_ops.h"
+#include "cuda/conv_runner.h"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "ops/codec_checks.h"
@@ -120,7 +121,51 @@ __global__ void __launch_bounds__(kThreads) conv3d_kernel(const T* __restrict__ 
   }
 }
 
+template <typename E>
+__global__ void pad_time_kernel(const E* __restrict__ x, E* __restrict__ xp, int64_t T, int64_t frame, int front,
+                                int64_t frames_out) {
+  const int64_t n = frames_out * frame;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t t = e / frame - front;
+    t = t < 0 ? 0 : (t >= T ? T - 1 : t);
+    xp[e] = x[t * frame + e % frame];
+  }
+}
+
+__global__ void add_bias_bf16_kernel(uint16_t* y, const uint16_t* __restrict__ bias, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[e] = dev::f32_to_bf16(dev::bf16_to_f32(y[e]) + dev::bf16_to_f32(bias[e % cols]));
+}
+
+unsigned grid_for(int64_t n) {
+  const int64_t b = (n + 255) / 256;
+  return static_cast<unsigned>(b < 65536 ? (b > 0 ? b : 1) : 65536);
+}
+
 }  // namespace
+
+void pad_time_replicate(const void* x, void* xp, int64_t T, int64_t frame_elems, int front, int back, size_t elem,
+                        cudaStream_t s) {
+  const int64_t frames_out = T + front + back;
+  if (frames_out * frame_elems == 0) return;
+  MAGI2_CHECK(elem == 2 || elem == 4, "pad_time_replicate: elements of 2 or 4 bytes");
+  if (elem == 2)
+    pad_time_kernel<<<grid_for(frames_out * frame_elems), 256, 0, s>>>(
+        static_cast<const uint16_t*>(x), static_cast<uint16_t*>(xp), T, frame_elems, front, frames_out);
+  else
+    pad_time_kernel<<<grid_for(frames_out * frame_elems), 256, 0, s>>>(
+        static_cast<const uint32_t*>(x), static_cast<uint32_t*>(xp), T, frame_elems, front, frames_out);
+  MAGI2_CUDA_CHECK_LAUNCH("pad_time_replicate");
+}
+
+void add_bias_bf16(uint16_t* y, const uint16_t* bias, int64_t rows, int64_t cols, cudaStream_t s) {
+  if (rows * cols == 0) return;
+  add_bias_bf16_kernel<<<grid_for(rows * cols), 256, 0, s>>>(y, bias, rows, cols);
+  MAGI2_CUDA_CHECK_LAUNCH("add_bias_bf16");
+}
 
 void conv3d(const Conv3dParams& p, cudaStream_t s) {
   const Conv3dDims d = check_conv3d(p, Device::CUDA);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cuda/backend_cuda.h"
 #include "ops_table.h"
 
 namespace magi2::test {
@@ -88,15 +89,17 @@ OpEntry snake_entry(int64_t rows, int64_t cols, bool logscale, bool in_place) {
 
 // x [T, H, W, ci] -> y with kernel (kt, k, k), stride (1, s, s), pad (front_t, k/2, k/2) / (back_t, k/2, k/2).
 OpEntry conv3d_entry(int64_t T, int64_t H, int64_t W, int64_t ci, int64_t co, int kt, int k, int s, int front_t,
-                     int back_t, TimePad tp, bool bias, DType dt) {
+                     int back_t, TimePad tp, bool bias, DType dt, bool cudnn = false) {
   const int ph = k / 2;
   const int64_t to = T + front_t + back_t - (kt - 1), ho = (H + 2 * ph - k) / s + 1, wo = (W + 2 * ph - k) / s + 1;
   const std::string str = str_cat(T, "x", H, "x", W, "x", ci, " -> ", to, "x", ho, "x", wo, "x", co, " ",
                                   dt_name(dt), ", k", kt, "x", k, "x", k, " stride ", s,
                                   tp == TimePad::Replicate ? ", replicate" : ", zeros", " time pad ", front_t, "/",
-                                  back_t, bias ? ", bias" : "");
+                                  back_t, bias ? ", bias" : "", cudnn ? ", cuDNN" : "");
+  // cuDNN sums in its own order: a flipped bf16 rounding of the conv result here and there.
+  const Tolerance tol = cudnn ? rel_rms(3e-3, 1.0 / 64, true) : exact();
   const double flops = 2.0 * static_cast<double>(to * ho * wo) * co * kt * k * k * ci;
-  return {"conv3d", str, exact(), flops, [=](Backend& be, uint64_t seed) {
+  return {"conv3d", str, tol, flops, [=](Backend& be, uint64_t seed) {
             CaseBuilder b(be, seed);
             const float ws = 1.f / std::sqrt(static_cast<float>(kt * k * k * ci));
             Conv3dParams p{.x = b.in(b.uniform({T, H, W, ci}, dt, -2.f, 2.f)),
@@ -107,7 +110,12 @@ OpEntry conv3d_entry(int64_t T, int64_t H, int64_t W, int64_t ci, int64_t co, in
                            .pad_back = {back_t, ph, ph},
                            .time_pad = tp};
             if (bias) p.bias = b.in(b.uniform({co}, dt, -0.5f, 0.5f));
-            return b.done([&be, p] { be.conv3d(p); });
+            return b.done([&be, p, cudnn] {
+              if (cudnn && be.device() == Device::CUDA)
+                MAGI2_CHECK(cuda_conv3d_cudnn(be, p), "conv3d: cuDNN did not take ", shape_str(p.x.shape()));
+              else
+                be.conv3d(p);
+            });
           }};
 }
 
@@ -236,6 +244,12 @@ std::vector<OpEntry> codec_op_entries() {
   t.push_back(conv3d_entry(2, 32, 32, 48, 48, 1, 3, 1, 0, 0, TimePad::Zeros, true, kBf16));
   t.push_back(conv3d_entry(3, 17, 13, 37, 21, 3, 3, 2, 2, 0, TimePad::Zeros, false, kF32));
   t.push_back(conv3d_entry(4, 12, 20, 12, 70, 3, 3, 1, 1, 1, TimePad::Replicate, true, kF32));
+  // The same bf16 shapes through cuDNN (MAGI2_CONV_KERNEL=cudnn), and a release-width one.
+  t.push_back(conv3d_entry(3, 16, 24, 96, 96, 3, 3, 1, 2, 0, TimePad::Replicate, true, kBf16, true));
+  t.push_back(conv3d_entry(2, 16, 16, 64, 128, 3, 1, 1, 2, 0, TimePad::Replicate, true, kBf16, true));
+  t.push_back(conv3d_entry(2, 32, 32, 48, 48, 1, 3, 1, 0, 0, TimePad::Zeros, true, kBf16, true));
+  t.push_back(conv3d_entry(8, 16, 28, 512, 512, 3, 3, 1, 1, 1, TimePad::Replicate, true, kBf16, false));
+  t.push_back(conv3d_entry(8, 16, 28, 512, 512, 3, 3, 1, 1, 1, TimePad::Replicate, true, kBf16, true));
   for (const DType dt : {kBf16, kF32}) {
     t.push_back(activation_entry(2048, 96, Activation::SiLU, dt));
     t.push_back(activation_entry(333, 24, Activation::ReLU, dt));

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "cuda/conv_runner.h"
 #include "cuda_fixture.h"
 #include "io/safetensors.h"
 #include "models/oobleck/decoder.h"
@@ -93,6 +94,9 @@ TEST_F(CudaDecodersTest, TurboVaeGivesTheCpuBytes) {
     std::map<std::string, Tensor> dc, dg;
     cpu.set_dump([&](const std::string& n, const Tensor& t) { dc[n] = t.clone(); });
     gpu.set_dump([&](const std::string& n, const Tensor& t) { dg[n] = t.clone(); });
+    // MAGI2_CONV_KERNEL=cudnn: the bf16 convolutions sum in cuDNN's order, so the bf16 decode is
+    // within bf16 rounding of the CPU (the golden test's CPU-vs-official first-block bound) instead of equal.
+    const bool exact = dt == DType::F32 || !cuda::conv_cudnn_selected();
     for (const char* name : {"latent", "short_latent"}) {
       const Tensor latent = unbatch(io->tensor(name));
       const Tensor fc = cpu.decode_frames(latent), fg = gpu.decode_frames(latent);
@@ -102,14 +106,20 @@ TEST_F(CudaDecodersTest, TurboVaeGivesTheCpuBytes) {
         const int64_t d = differing_elements(dg.at(n), t);
         if (d) std::printf("  %s %s %-22s %lld of %lld elements differ\n", dn, name, n.c_str(),
                            static_cast<long long>(d), static_cast<long long>(t.numel()));
-        EXPECT_EQ(d, 0) << dn << " " << name << " " << n;
+        if (exact) {
+          EXPECT_EQ(d, 0) << dn << " " << name << " " << n;
+        }
       }
       const int64_t df = differing_elements(fg, fc);
       std::printf("  %s %-14s frames %s: %lld differing elements\n", dn, name, shape_str(fc.shape()).c_str(),
                   static_cast<long long>(df));
-      EXPECT_EQ(df, 0) << dn << " " << name;
       const Tensor uc = cpu.decode(latent), ug = gpu.decode(latent);
-      EXPECT_TRUE(same_bytes(ug, uc)) << dn << " " << name << ": uint8 frames differ";
+      if (exact) {
+        EXPECT_EQ(df, 0) << dn << " " << name;
+        EXPECT_TRUE(same_bytes(ug, uc)) << dn << " " << name << ": uint8 frames differ";
+      } else {
+        expect_close(std::string(name) + " frames cuda (cuDNN) vs cpu", fg, fc, 0.01, 0.05);
+      }
       if (dt == DType::F32) {  // the CPU backend's bound vs the exact fp32 reference (test_turbo_vae_golden)
         const std::string rn = std::string(name) == "latent" ? "frames_cpu_fp32" : "short_frames_cpu_fp32";
         expect_close(std::string(name) + " cuda vs " + rn, fg, video_channels_last(ref->tensor(rn)), 1e-4, 1e-3);
