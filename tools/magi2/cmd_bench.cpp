@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "bench_load.h"
 #include "bench_refiner.h"
 #include "bench_stats.h"
+#include "bench_decode.h"
 #include "bench_text.h"
 #include "commands.h"
 #include "weights_option.h"
@@ -44,6 +46,7 @@ struct BenchArgs {
   bool profile = true;
   std::string refiner_size = "1920x1088x63";  ///< --stage refiner: W x H pixels x T latent frames
   int64_t text_tokens = 0;  ///< --stage text: prompt length (0: 300 and 2000)
+  std::string decode_dir;   ///< --stage decode: random-weight codec folders ("": under the temp folder)
   bool full_model = false;  ///< every layer its own expert banks, made on the device (FP8 only)
 };
 
@@ -322,15 +325,41 @@ int run_text_bench(const BenchArgs& a) {
   return 0;
 }
 
+// --stage decode: TurboVAE and Oobleck at the release widths (bench_decode.h), CUDA only.
+int run_decode_bench(const BenchArgs& a) {
+  auto be = make_backend_for(a.device, 0, CudaOptions{.attention = a.cuda_attention});
+  const std::string dir =
+      a.decode_dir.empty() ? (std::filesystem::temp_directory_path() / "magi2-bench-decode").string() : a.decode_dir;
+  nlohmann::json j = bench_decode({.dir = dir, .steps = a.steps, .warmup = a.warmup}, *be);
+  j["backend"] = be->name();
+  const auto& v = j["turbovae"];
+  const auto& au = j["oobleck"];
+  std::printf("bench decode (release widths, random weights in %s; MAGI2_CONV_KERNEL picks conv3d's kernel):\n",
+              dir.c_str());
+  std::printf("  TurboVAE %s -> %s: frames %.1f ms, uint8 %.1f ms (median of %d)\n", v["latent"].dump().c_str(),
+              v["frames"].dump().c_str(), v["decode_frames_ms"].get<double>(), v["decode_uint8_ms"].get<double>(),
+              a.steps);
+  std::printf("  Oobleck %s -> %s: waveform %.1f ms, with the host resample %.1f ms\n", au["latent"].dump().c_str(),
+              au["waveform"].dump().c_str(), au["decode_waveform_ms"].get<double>(),
+              au["decode_with_resample_ms"].get<double>());
+  if (j.contains("peak_allocated_bytes"))
+    std::printf("  device memory peak %.2f GB allocated\n", j["peak_allocated_bytes"].get<double>() / 1e9);
+  std::fflush(stdout);
+  if (!a.json.empty()) write_file_atomic(a.json, j.dump(2) + "\n");
+  return 0;
+}
+
 int run_bench(const BenchArgs& a) {
   MAGI2_CHECK(a.steps >= 1 && a.steps <= 1000, "--steps must be in [1, 1000], got ", a.steps);
   MAGI2_CHECK(a.warmup >= 0 && a.warmup <= 100, "--warmup must be in [0, 100], got ", a.warmup);
   MAGI2_CHECK(a.layers >= 0 && a.layers <= 1000, "--layers must be in [0, 1000], got ", a.layers);
   if (!a.json.empty()) check_output_path(a.json, "--json");
   const Magi2Config cfg = a.config.empty() ? Magi2Config::release() : Magi2Config::from_file(a.config);
-  MAGI2_CHECK(a.stage == "step" || a.stage == "load" || a.stage == "refiner" || a.stage == "text",
-              "--stage must be step, load, refiner or text, got '", a.stage, "'");
+  MAGI2_CHECK(a.stage == "step" || a.stage == "load" || a.stage == "refiner" || a.stage == "text" ||
+                  a.stage == "decode",
+              "--stage must be step, load, refiner, text or decode, got '", a.stage, "'");
   if (a.stage == "text") return run_text_bench(a);
+  if (a.stage == "decode") return run_decode_bench(a);
   if (a.stage == "refiner") {
     long long w = 0, h = 0, f = 0;
     char tail = 0;
@@ -443,7 +472,8 @@ Command bench_command() {
     s->add_option("--json", a.json, "write the results as JSON")->envname("MAGI2_BENCH_JSON");
     s->add_option("--stage", a.stage, "step (the denoising step), load (weights page cache -> device, GB/s), refiner (one "
                   "1080p refiner forward, release width, --layers cut, 300 text tokens) or text (the Qwen3.5-27B "
-                  "text encoder at 300 and 2000 tokens, --layers cut; CUDA only)")
+                  "text encoder at 300 and 2000 tokens, --layers cut; CUDA only) or decode (TurboVAE and Stable "
+                  "Audio Open at the release widths on a 10 s 272p clip; CUDA only)")
         ->envname("MAGI2_BENCH_STAGE")
         ->capture_default_str();
     s->add_option("--model", a.model, "--stage load: the model or DiT checkpoint folder to load (config: "
@@ -454,6 +484,10 @@ Command bench_command() {
                   "--stage refiner: refined width x height in pixels x latent frames (1080p of a 10 s clip)")
         ->envname("MAGI2_BENCH_REFINER_SIZE")
         ->capture_default_str();
+    s->add_option("--decode-dir", a.decode_dir,
+                  "--stage decode: folder for the random-weight codecs (written once; default: the temp folder's "
+                  "magi2-bench-decode)")
+        ->envname("MAGI2_BENCH_DECODE_DIR");
     s->add_option("--text-tokens", a.text_tokens, "--stage text: prompt length in tokens (default: 300 and 2000)")
         ->check(CLI::Range(int64_t{1}, int64_t{7000}))
         ->envname("MAGI2_BENCH_TEXT_TOKENS");
