@@ -7,6 +7,7 @@
 #include "cuda/attn_ops.h"
 #include "cuda/codec_ops.h"
 #include "cuda/conv_runner.h"
+#include "cuda/copy_queue.h"
 #include "cuda/cuda_common.h"
 #include "cuda/linear.h"
 #include "cuda/mhc_moe.h"
@@ -68,6 +69,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::CUDA; }
   const char* name() const override { return "cuda"; }
   cudaStream_t stream() const { return stream_; }
+  int ordinal() const { return device_; }
   const DeviceCache& cache() const { return *cache_; }
 
   Tensor alloc(const Shape& shape, DType dtype) override {
@@ -324,6 +326,11 @@ bool cuda_memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
 }
 
 void* cuda_stream_of(Backend& b) { return cuda::as_cuda(b).stream(); }
+
+std::unique_ptr<CopyQueue> cuda_copy_queue(Backend& b, int fences) {
+  cuda::CudaBackend& c = cuda::as_cuda(b);
+  return cuda::make_copy_queue(c.ordinal(), c.stream(), fences);
+}
 
 void cuda_profile_begin(Backend& b) { cuda::as_cuda(b).profile_begin(); }
 

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #if defined(MAGI2_HAVE_CUDA)
 #include "cuda/backend_cuda.h"
+#include "cuda/copy_queue.h"
 #endif
 
 namespace magi2 {
@@ -36,6 +37,13 @@ std::unique_ptr<Backend> make_backend_for(const std::string& device, int threads
 #else
   throw Error("unreachable: backend_name_for refuses cuda in this build");
 #endif
+}
+
+std::unique_ptr<CopyQueue> copy_queue_for(Backend& be, int fences) {
+#if defined(MAGI2_HAVE_CUDA)
+  if (be.device() == Device::CUDA) return cuda_copy_queue(be, fences);
+#endif
+  return nullptr;
 }
 
 }  // namespace magi2

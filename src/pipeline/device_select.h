@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ops/backend_options.h"
+#include "ops/copy_queue.h"
 #include "ops/ops.h"
 
 namespace magi2 {
@@ -24,5 +25,10 @@ std::string backend_name_for(const std::string& device, bool planning_only = fal
 /// unknown CudaOptions value, or "cuda" in a build without CUDA or on a
 /// machine without a GPU (one line saying which).
 std::unique_ptr<Backend> make_backend_for(const std::string& device, int threads, const CudaOptions& cuda = {});
+
+/// A host -> device copy queue with `fences` fences beside `be`'s compute
+/// (`--offload layerwise`, DitOffload): the CUDA backend's (cuda/copy_queue.h),
+/// null for the CPU backend, which computes from host memory and streams nothing.
+std::unique_ptr<CopyQueue> copy_queue_for(Backend& be, int fences = 2);
 
 }  // namespace magi2
