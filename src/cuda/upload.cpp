@@ -1,54 +1,20 @@
 #include "cuda/upload.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <exception>
-#include <map>
 #include <mutex>
-#include <string>
 #include <thread>
 
 #include "cuda/cuda_common.h"
-#include "io/mmap_file.h"
+#include "io/span_reader.h"
 
 namespace magi2::cuda {
 
 namespace {
 
 constexpr size_t kChunk = size_t{32} << 20;
-
-// The bytes of `u` at [off, off + n) into `dst`: a pread from the shard when
-// the source lies in an mmap'd file (one large read from the page cache, no
-// page faults), else a memcpy.
-class SourceReader {
- public:
-  ~SourceReader() {
-    for (auto& [path, fd] : fds_) ::close(fd);
-  }
-  void read(const HostUpload& u, size_t off, void* dst, size_t n) {
-    FileSpan span;
-    if (!find_mapped_span(static_cast<const char*>(u.src) + off, n, &span)) {
-      std::memcpy(dst, static_cast<const char*>(u.src) + off, n);
-      return;
-    }
-    auto it = fds_.find(span.path);
-    if (it == fds_.end()) {
-      const int fd = ::open(span.path.c_str(), O_RDONLY | O_CLOEXEC);
-      MAGI2_CHECK(fd >= 0, "cannot open '", span.path, "' to upload its weights: ", std::strerror(errno));
-      it = fds_.emplace(span.path, fd).first;
-    }
-    pread_exact(it->second, span.path, span.offset, dst, n);
-  }
-
- private:
-  std::map<std::string, int> fds_;
-};
 
 // One worker: its own stream and two pinned buffers used alternately; an event
 // per buffer says when its previous async copy has drained.
@@ -72,12 +38,12 @@ void upload_worker(const std::vector<HostUpload>& mine, int device, std::atomic<
       MAGI2_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
     }
     int next = 0;
-    SourceReader reader;
+    SpanReader reader;
     for (const HostUpload& u : mine)
       for (size_t off = 0; off < u.bytes; off += kChunk) {
         const size_t n = std::min(kChunk, u.bytes - off);
         MAGI2_CUDA_CHECK(cudaEventSynchronize(done[next]));
-        reader.read(u, off, buf[next], n);
+        reader.read(static_cast<const char*>(u.src) + off, buf[next], n, "weights to upload");
         MAGI2_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(u.dst) + off, buf[next], n, cudaMemcpyHostToDevice, s));
         MAGI2_CUDA_CHECK(cudaEventRecord(done[next], s));
         done_bytes += n;  // read and enqueued (the final stream sync waits for the last copies)
