@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "models/magi2_dit/adapters.h"
+#include "models/magi2_dit/offload.h"
 #include "models/magi2_dit/workspace.h"
 
 namespace magi2 {
@@ -16,6 +17,10 @@ Dit::Dit(const DitArch& arch, const DitWeights& weights, Backend& backend)
   arch_.validate("Dit");
   MAGI2_CHECK(static_cast<int>(w_.layers.size()) == arch_.num_layers, "Dit: weights have ", w_.layers.size(),
               " layers, config says ", arch_.num_layers);
+}
+
+Dit::Dit(const DitArch& arch, DitOffload& offload, Backend& backend) : Dit(arch, offload.weights(), backend) {
+  offload_ = &offload;
 }
 
 Dit::~Dit() = default;
@@ -128,7 +133,13 @@ Tensor Dit::forward(const DitInputs& in, const DitRunOptions& opt) {
   be_.cast({.src = ws.h0, .dst = ws.state});
   dump(opt, "block_in", ws.state);
 
-  for (int l = 0; l < arch_.num_layers; ++l) layer(l, opt);
+  // --offload layerwise: layer l waits for its slot; its slot refills with layer l + 2 once it is done.
+  if (offload_) offload_->begin();
+  for (int l = 0; l < arch_.num_layers; ++l) {
+    if (offload_) offload_->before_layer(l);
+    layer(l, opt);
+    if (offload_) offload_->after_layer(l);
+  }
 
   be_.mark("outside");
   // Post-adapter (spec §3.11): fp32 RMSNorm + fp32 linear for video and audio rows.

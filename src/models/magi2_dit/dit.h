@@ -40,6 +40,7 @@ struct DitRunOptions {
 };
 
 class DitWorkspace;
+class DitOffload;
 
 /// A DiT bound to weights and a backend. Activations live in a workspace
 /// planned once per token count and reused by every later forward of that
@@ -48,6 +49,10 @@ class Dit {
  public:
   /// `weights` must outlive the Dit. Throws Error on an invalid arch.
   Dit(const DitArch& arch, const DitWeights& weights, Backend& backend);
+  /// A Dit streaming its layers (`--offload layerwise`): computes from
+  /// offload.weights(), and every forward enqueues the layer copies and fences
+  /// around its layers. `offload` must outlive the Dit.
+  Dit(const DitArch& arch, DitOffload& offload, Backend& backend);
   ~Dit();
 
   /// One forward. Returns out [N, 64] f32 on the backend's device (spec
@@ -84,6 +89,7 @@ class Dit {
   DitArch arch_;
   const DitWeights& w_;
   Backend& be_;
+  DitOffload* offload_ = nullptr;
   std::unique_ptr<DitWorkspace> ws_;
 };
 

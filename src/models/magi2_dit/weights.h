@@ -80,6 +80,11 @@ struct DitLayerWeights {
   Tensor msh_fc1, msh_fc2;            ///< modality_specific_shared_expert_fc1/fc2: [3*2*Im, D], [3*D, Im] bf16
 };
 
+/// Calls f(label, tensor&) for every tensor member of one layer, in module
+/// order (the per-layer part of DitWeights::for_each_tensor).
+template <typename F>
+void for_each_layer_tensor(DitLayerWeights& L, F&& f);
+
 /// All DiT tensors. Adapters are fp32 (spec §2.3).
 struct DitWeights {
   Tensor video_embedder_w, video_embedder_b;  ///< [4D, 48], [4D]
@@ -157,18 +162,20 @@ void DitWeights::for_each_tensor(F&& f) {
   f("text_embedder.w", text_embedder_w), f("text_embedder.b", text_embedder_b);
   f("rope_bands", rope_bands), f("final_norm_video", final_norm_video), f("final_norm_audio", final_norm_audio);
   f("final_linear_video", final_linear_video), f("final_linear_audio", final_linear_audio);
-  for (DitLayerWeights& L : layers) {
-    Tensor* ts[] = {&L.mhc_norm, &L.phi_attn, &L.phi_mlp, &L.attn_pre_norm, &L.linear_g, &L.linear_qkv,
-                    &L.linear_proj, &L.sinks, &L.q_norm, &L.k_norm, &L.mlp_pre_norm, &L.up_gate_proj, &L.down_proj,
-                    &L.split_linear, &L.merge_linear, &L.router_gate, &L.w_gate, &L.w_up, &L.w_down,
-                    &L.w_gate_scale, &L.w_up_scale, &L.w_down_scale, &L.expert_bias, &L.expert_bias_ema, &L.shared_fc1, &L.shared_fc2, &L.msh_fc1, &L.msh_fc2};
-    for (Tensor* t : ts) f("layer", *t);
-    for (MhcBranchWeights* m : {&L.mhc_attn, &L.mhc_mlp})
-      for (Tensor* t : {&m->alpha_pre, &m->alpha_post, &m->alpha_res, &m->bias_pre, &m->bias_post, &m->bias_res})
-        f("layer.mhc", *t);
-  }
+  for (DitLayerWeights& L : layers) for_each_layer_tensor(L, f);
 }
 
+template <typename F>
+void for_each_layer_tensor(DitLayerWeights& L, F&& f) {
+  Tensor* ts[] = {&L.mhc_norm, &L.phi_attn, &L.phi_mlp, &L.attn_pre_norm, &L.linear_g, &L.linear_qkv,
+                  &L.linear_proj, &L.sinks, &L.q_norm, &L.k_norm, &L.mlp_pre_norm, &L.up_gate_proj, &L.down_proj,
+                  &L.split_linear, &L.merge_linear, &L.router_gate, &L.w_gate, &L.w_up, &L.w_down,
+                  &L.w_gate_scale, &L.w_up_scale, &L.w_down_scale, &L.expert_bias, &L.expert_bias_ema, &L.shared_fc1, &L.shared_fc2, &L.msh_fc1, &L.msh_fc2};
+  for (Tensor* t : ts) f("layer", *t);
+  for (MhcBranchWeights* m : {&L.mhc_attn, &L.mhc_mlp})
+    for (Tensor* t : {&m->alpha_pre, &m->alpha_post, &m->alpha_res, &m->bias_pre, &m->bias_post, &m->bias_res})
+      f("layer.mhc", *t);
+}
 
 /// The full list of official DiT tensor names with shapes and dtypes for an
 /// architecture (spec §2.3-2.7), in module order. Used by the binder, by
