@@ -52,6 +52,10 @@ typedef struct {
      encoder): "cpu" (default, the reference backend) or "auto" (the `device`
      backend); the CLI's --decoder-device. */
   const char* decoder_device;
+  /* Where the DiT's weights live: "none" (default, all on the device) or
+     "layerwise" (CUDA: layer weights in pinned host memory, streamed into two
+     device layer slots; nothing changes on the CPU backend); the CLI's --offload. */
+  const char* offload;
 } magi2_engine_options;
 
 /* One request. Strings may be NULL (= unset); outputs left NULL are not written. */

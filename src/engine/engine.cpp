@@ -19,6 +19,7 @@
 #include "io/safetensors.h"
 #include "media/png.h"
 #include "models/magi2_dit/dit.h"
+#include "models/magi2_dit/offload.h"
 #include "models/magi2_refiner/refiner.h"
 #include "models/qwen35/tok_unicode.h"
 #include "models/wan22_vae/encoder.h"
@@ -85,6 +86,7 @@ struct Engine::State {
   std::unique_ptr<Backend> be;      // the CPU reference: text encoder, codecs, refiner unless their --*-device auto
   std::unique_ptr<Backend> dit_be;  // EngineOptions::device: the DiT and the denoising loop
   DitWeights dit_weights;           // on dit_be's device (uploaded once)
+  std::unique_ptr<DitOffload> offload;  // --offload layerwise on CUDA: pinned layers, two device slots
   std::unique_ptr<Dit> dit;
   double load_ms = 0;
   // Loaded on first need:
@@ -158,15 +160,27 @@ struct Engine::State {
     // for the CPU backend.
     std::function<void(size_t, size_t)> progress;
     if (on_load) progress = [this](size_t done, size_t total) { on_load("dit", done, total); };
-    dit_weights = dit_be->device() == Device::CPU ? model.weights : model.weights.to_backend(*dit_be, progress);
-    if (dit_be->device() != Device::CPU) model.weights = DitWeights(), model.ckpt = Checkpoint();
-    dit = std::make_unique<Dit>(model.config.arch, dit_weights, *dit_be);
+    // --offload layerwise on a GPU: the layers go to pinned host memory and
+    // stream per forward; on the CPU backend there is nothing to stream.
+    if (dit_be->device() == Device::CPU) {
+      dit_weights = model.weights;
+      dit = std::make_unique<Dit>(model.config.arch, dit_weights, *dit_be);
+    } else if (offload_from_name(config.offload, "--offload") == Offload::Layerwise) {
+      offload = std::make_unique<DitOffload>(model.weights, *dit_be, copy_queue_for(*dit_be), progress);
+      model.weights = DitWeights(), model.ckpt = Checkpoint();
+      dit = std::make_unique<Dit>(model.config.arch, *offload, *dit_be);
+    } else {
+      dit_weights = model.weights.to_backend(*dit_be, progress);
+      model.weights = DitWeights(), model.ckpt = Checkpoint();
+      dit = std::make_unique<Dit>(model.config.arch, dit_weights, *dit_be);
+    }
     note("dit", true, planner->dit_weights());
   }
 
   void free_dit() {
     if (!dit) return;
     dit.reset();
+    offload.reset();
     dit_weights = DitWeights();
     model.weights = DitWeights();
     model.ckpt = Checkpoint();
@@ -235,9 +249,12 @@ Engine::Engine(const EngineOptions& config, LoadProgress on_load) : s_(std::make
   s_->budget_source = "--max-device-memory";
   if (s_->budget == 0) s_->budget = default_memory_budget(backend, &s_->budget_source);
   const uint64_t dit_w = s_->planner->dit_weights();
+  // --offload layerwise is named only when its device part (resident tensors + 2 layer slots) fits.
+  const bool lw_fits = s_->planner->dit_weights_layerwise() < dit_w && s_->planner->dit_weights_layerwise() <= s_->budget;
   MAGI2_CHECK(s_->budget == 0 || dit_w <= s_->budget, "the DiT's weights (", format_bytes(dit_w),
               ") exceed the ", format_bytes(s_->budget), " allowed on ", backend == "cuda" ? "the GPU" : "the host",
-              " (", s_->budget_source, "); would fit: --offload layerwise (DiT weights streamed from host memory), "
+              " (", s_->budget_source, "); would fit: ",
+              lw_fits ? "--offload layerwise (DiT weights streamed from host memory), " : "",
               "--weights fp8-experts, or a larger --max-device-memory");
   s_->load_dit();
   s_->load_ms = ms_since(s_->created);
@@ -520,6 +537,19 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
                         {"memory_plan", r.memory_plan.json()},
                         {"seed", p.seed},
                         {"latents", p.latents_path.empty() ? nlohmann::json() : nlohmann::json(p.latents_path)}};
+    // --offload: the host -> device weight traffic of a step (one DiT forward: both CFG
+    // branches are packed) and the rate the timed (eager) copies reached.
+    nlohmann::json off = {{"mode", s.config.offload}, {"streaming", s.offload != nullptr},
+                          {"pcie_bytes_per_step", 0}};
+    if (s.offload) {
+      const CopyQueueStats st = s.offload->stats();
+      off["pcie_bytes_per_step"] = s.offload->bytes_per_forward();
+      off["pcie_gb_per_s"] = st.gb_per_s();
+      off["timed_copies"] = st.copies;
+      off["slot_bytes"] = s.offload->slot_bytes();
+      off["pinned_host_bytes"] = s.offload->pinned_bytes();
+    }
+    m["offload"] = off;
     if (o.decoded) m["outputs"] = o.report.to_json(p.outputs);
     m["prompt_enhancement"] = r.enhancement ? pe::metrics_json(s.config.prompt_enhancement, pe_request_of(s.config, r),
                                                                *r.enhancement)

@@ -14,6 +14,7 @@
 #include "io/mmap_file.h"
 #include "io/checkpoint.h"
 #include "io/torch_zip.h"
+#include "models/magi2_dit/offload.h"
 #include "models/magi2_dit/weights.h"
 #include "models/magi2_dit/workspace.h"
 #include "models/oobleck/config.h"
@@ -162,6 +163,8 @@ struct MemoryPlanner::State {
   std::string backend, root;
   Magi2Config cfg;
   StageMemory dit;  // weights part (request independent)
+  bool layerwise = false;  // --offload layerwise with the DiT on CUDA (the CPU backend streams nothing)
+  OffloadBytes lw;         // the layerwise layout of the DiT's tensors (for the plan and the advice)
   bool fp8 = false;  // routed experts in FP8 (their CUDA scratch depends on --fp8-compute)
   // text encoder
   bool te = false;
@@ -258,7 +261,8 @@ MemoryPlanner::MemoryPlanner(const EngineOptions& o, const std::string& backend)
     if (is_routed_expert_weight(n) && ck.entry(n).dtype == DType::F8E4M3) stored_fp8 = true;
   const bool fp8 = want == ExpertWeights::FP8 || (want == ExpertWeights::Auto && stored_fp8);
   s.fp8 = fp8;
-  for (const DitTensorSpec& t : dit_tensor_specs(s.cfg.arch, fp8 ? ExpertWeights::FP8 : ExpertWeights::BF16)) {
+  const std::vector<DitTensorSpec> specs = dit_tensor_specs(s.cfg.arch, fp8 ? ExpertWeights::FP8 : ExpertWeights::BF16);
+  for (const DitTensorSpec& t : specs) {
     s.dit.weights += numel_of(t.shape) * dtype_size(t.dtype);
     if (ck.contains(t.name) && ck.entry(t.name).dtype != t.dtype) mapped = false;
   }
@@ -266,6 +270,10 @@ MemoryPlanner::MemoryPlanner(const EngineOptions& o, const std::string& backend)
   s.dit.backend = backend;
   s.dit.pool = backend == "cuda" ? MemoryPool::Device : MemoryPool::Host;
   s.dit.weights_mapped = backend != "cuda" && mapped;
+  // --offload layerwise (DitOffload): the layers in pinned host memory, two slots + the rest on the GPU.
+  s.lw = offload_bytes(specs);
+  s.layerwise = backend == "cuda" && offload_from_name(o.offload, "--offload") == Offload::Layerwise;
+  if (s.layerwise) s.dit.weights = s.lw.device(), s.dit.pinned_host = s.lw.layers;
   s.te = o.encodes_text;
 }
 
@@ -276,6 +284,9 @@ uint64_t MemoryPlanner::text_encoder_weights() {
   return s_->te ? s_->te_weights : 0;
 }
 uint64_t MemoryPlanner::dit_weights() const { return s_->dit.weights; }
+uint64_t MemoryPlanner::dit_weights_layerwise() const {
+  return s_->backend == "cuda" ? s_->lw.device() : s_->dit.weights;
+}
 
 MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const std::string& budget_source,
                                bool text_encoder_kept) {
@@ -329,7 +340,12 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   dit.workspace = dit_scratch(a, pack.total_tokens, cuda, s.fp8,
                               fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute"));
   dit.source = str_cat("weights: the official tensor list at its parameter dtypes",
-                       dit.weights_mapped ? " (mmap'd views)" : "", "; activations: DitWorkspace + DenoiseLoop "
+                       dit.weights_mapped ? " (mmap'd views)" : "",
+                       s.layerwise ? str_cat(" (--offload layerwise: non-layer tensors + 2 layer slots of ",
+                                             format_bytes(s.lw.slot), " on the device, ",
+                                             format_bytes(s.lw.layers), " of layers in pinned host memory)")
+                                   : "",
+                       "; activations: DitWorkspace + DenoiseLoop "
                        "buffers (exact); workspace: formula (",
                        cuda ? "CUDA libraries 512 MiB + GEMM 32 MiB + MoE plan + attention stats + allocator rounding"
                             : "the CPU attention's fp32 K/V copies",
@@ -416,6 +432,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
       if (!st) return;
       ph.resident.push_back(str_cat(st->name, all ? "" : " (weights)"));
       (st->pool == MemoryPool::Device ? ph.device : ph.host) += all ? st->total() : st->weights;
+      ph.host += st->pinned_host;  // streamed layers stay pinned while the stage is loaded
     };
     auto push = [&](MemoryPlan::Phase ph) {
       if (ph.device > m.peak_device) m.peak_device = ph.device, m.peak_device_phase = ph.name;
@@ -459,15 +476,17 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   if (!m.fits) {
     const std::string where = cuda ? "the GPU" : "the host";
     const bool weights_alone = d->weights > budget;
+    // --offload layerwise is named only when the same phase fits with the DiT's weights streamed.
+    const bool lw_fits = cuda && !s.layerwise && need - d->weights + s.lw.device() <= budget;
     m.advice = str_cat(p.label, ": the memory plan needs ", format_bytes(need), " on ", where, " (phase ",
                        cuda ? m.peak_device_phase : m.peak_host_phase, ": DiT weights ", format_bytes(d->weights), " + activations ",
                        format_bytes(d->activations), " + workspace ", format_bytes(d->workspace), ") but ", format_bytes(budget), " are allowed (",
                        budget_source, "); would fit: ",
-                       weights_alone ? str_cat("--offload layerwise (DiT weights streamed from host memory) or "
+                       weights_alone ? str_cat(lw_fits ? "--offload layerwise (DiT weights streamed from host memory) or " : "",
                                                "--weights fp8-experts (routed experts in FP8, ",
                                                pct(budget, d->weights), " of the bf16 weights fit)")
-                                     : "a smaller clip (--resolution 272p, fewer --seconds), --offload layerwise or "
-                                       "--weights fp8-experts",
+                                     : str_cat("a smaller clip (--resolution 272p, fewer --seconds), ",
+                                               lw_fits ? "--offload layerwise, " : "", "--weights fp8-experts"),
                        ", or a larger --max-device-memory");
   }
   return m;
@@ -489,6 +508,10 @@ std::string MemoryPlan::text() const {
     out += line;
   }
   out += "  (host* = weights are zero-copy views of the mmap'd checkpoint, held in the page cache)\n";
+  for (const StageMemory& s : stages)
+    if (s.pinned_host)
+      out += str_cat("  ", s.name, ": + ", format_bytes(s.pinned_host), " of streamed layer weights in pinned host "
+                     "memory (--offload layerwise; counted in every phase's host bytes)\n");
   for (const StageMemory& s : stages) out += str_cat("  ", s.name, ": ", s.source, "\n");
   out += str_cat("  residency: ", residency == Residency::Together
                                       ? "every loaded stage stays resident; the DiT stays loaded across samples"
@@ -517,6 +540,7 @@ nlohmann::json MemoryPlan::json() const {
                   {"pool", s.pool == MemoryPool::Device ? "device" : "host"},
                   {"weights_mapped", s.weights_mapped},
                   {"weights_bytes", s.weights},
+                  {"pinned_host_bytes", s.pinned_host},
                   {"activation_bytes", s.activations},
                   {"workspace_bytes", s.workspace},
                   {"total_bytes", s.total()},

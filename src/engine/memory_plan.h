@@ -30,7 +30,11 @@ struct StageMemory {
   std::string name;         ///< "text_encoder", "dit", "turbovae_decode", "oobleck_decode", "wan22_encode"
   std::string backend;      ///< backend it runs on: "cpu" or "cuda"
   MemoryPool pool = MemoryPool::Host;
-  uint64_t weights = 0;      ///< bytes of the weights as the stage holds them (compute dtype)
+  uint64_t weights = 0;      ///< bytes of the weights as the stage holds them (compute dtype), in `pool`
+  /// `--offload layerwise` (dit on CUDA): the streamed layer weights in pinned
+  /// host memory, counted in the host pool wherever `weights` is counted
+  /// (`weights` is then the resident tensors + two layer slots on the device).
+  uint64_t pinned_host = 0;
   bool weights_mapped = false;  ///< host weights are zero-copy views of the mmap'd checkpoint (page cache)
   uint64_t activations = 0;  ///< bytes of the activation buffers of one forward/decode
   uint64_t workspace = 0;    ///< backend scratch (GEMM/attention/MoE plans, allocator rounding)
@@ -117,9 +121,15 @@ class MemoryPlanner {
   MemoryPlan plan(const GenerateParams& p, uint64_t budget, const std::string& budget_source,
                   bool text_encoder_kept = true);
 
-  /// Weight bytes of the text encoder and of the DiT.
+  /// Weight bytes of the text encoder and of the DiT (the DiT's in its pool:
+  /// with EngineOptions::offload "layerwise" on CUDA, the resident tensors +
+  /// two layer slots).
   uint64_t text_encoder_weights();
   uint64_t dit_weights() const;
+  /// The DiT's device weight bytes with `--offload layerwise` (the same as
+  /// dit_weights() when it is on or the DiT runs on the CPU): what the "would
+  /// fit" advice checks.
+  uint64_t dit_weights_layerwise() const;
 
  private:
   struct State;

@@ -9,6 +9,7 @@
 #include "engine/model_files.h"
 #include "io/image.h"
 #include "io/mmap_file.h"
+#include "models/magi2_dit/offload.h"
 #include "pipeline/reference_image.h"
 
 namespace magi2 {
@@ -28,6 +29,7 @@ void validate(const EngineOptions& c) {
   MAGI2_CHECK(c.decoder_device == "auto" || c.decoder_device == "cpu", "--decoder-device must be auto or cpu, got '",
               c.decoder_device, "'");
   (void)fp8_compute_from_name(c.fp8_compute, "--fp8-compute");
+  (void)offload_from_name(c.offload, "--offload");
   validate(c.cuda);
 }
 

@@ -67,6 +67,11 @@ struct EngineOptions {
   /// "w8a16" (bf16 activations, the default) or "w8a8" (e4m3 activations in
   /// 1 x 128 groups); both backends. DitWeights::fp8_compute, docs/fp8.md.
   std::string fp8_compute = "w8a16";
+  /// Where the DiT's weights live [--offload, env MAGI2_OFFLOAD]: "none" (all
+  /// resident on the device) or "layerwise" (CUDA: the layer weights stay in
+  /// pinned host memory and stream into two device layer slots, overlapped with
+  /// compute; a no-op on the CPU backend). DitOffload, docs/memory.md.
+  std::string offload = "none";
   /// Kernel choices of the CUDA backend (--cuda-attention); ignored on the CPU.
   CudaOptions cuda;
   /// Prompt enhancement for requests with GenerateParams::enhance_prompt: the
@@ -148,7 +153,7 @@ struct GenerateParams {
 
 /// Checks a config before anything is loaded. Errors (one line naming the
 /// option): threads outside [0, Limits::kMaxThreads], an unknown device,
-/// weights, router bias or CUDA kernel choice.
+/// weights, router bias, offload or CUDA kernel choice.
 void validate(const EngineOptions& c);
 
 /// Checks a request before any model work: resolution, width/height pairing,

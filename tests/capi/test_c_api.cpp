@@ -50,6 +50,10 @@ TEST(CApi, GeneratesTheCliClipAndCancels) {
   ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_ERR_INVALID);
   EXPECT_NE(std::string(magi2_last_error()).find("--fp8-compute"), std::string::npos);
   o.fp8_compute = "w8a8";  // ignored with bf16 experts, valid everywhere
+  o.offload = "sideways";  // the CLI's --offload, checked before anything loads
+  ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_ERR_INVALID);
+  EXPECT_NE(std::string(magi2_last_error()).find("--offload"), std::string::npos);
+  o.offload = "layerwise";  // accepted on the CPU backend, where it streams nothing
   o.cuda_attention = "fp32";  // ignored on the CPU backend, valid everywhere
   o.text_encoder_device = "cpu";  // the CPU backend, as the CLI's default "auto" on this CPU-only run
   ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_OK) << magi2_last_error();

@@ -49,12 +49,24 @@ TEST(DryRun, PlansForAGpuAnywhere) {
   EXPECT_NE(r.out.find("peak device"), std::string::npos) << r.out;
 }
 
+TEST(DryRun, LayerwiseOffloadPinsTheLayersOnTheHost) {
+  const std::string dir = temp_dir("dry_run_offload");
+  const CliRun r = run(tiny("--save-latents " + dir + "/l.safetensors --dry-run --device cuda --max-device-memory "
+                            "40GiB --offload layerwise --metrics " + dir + "/plan.json"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("--offload layerwise: non-layer tensors + 2 layer slots"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in pinned host memory"), std::string::npos) << r.out;
+  const std::string plan = read_text_file(dir + "/plan.json");
+  EXPECT_NE(plan.find("\"pinned_host_bytes\""), std::string::npos);
+}
+
 TEST(DryRun, TooSmallABudgetStopsBeforeLoading) {
   const std::string dir = temp_dir("dry_run_small");
   const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --device cpu --max-device-memory 64KiB --metrics " + dir +
                             "/m.json"));
   expect_one_line_error(r, "would fit");
-  EXPECT_NE(r.out.find("--offload layerwise"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--weights fp8-experts"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--offload layerwise"), std::string::npos) << r.out;  // the CPU backend streams nothing
   EXPECT_FALSE(std::filesystem::exists(dir + "/m.json"));
   expect_one_line_error(run(tiny("-o " + dir + "/fox.mp4 --max-device-memory lots")), "--max-device-memory");
 }

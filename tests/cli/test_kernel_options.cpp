@@ -39,6 +39,23 @@ TEST(KernelOptions, BadValuesAreOneLineErrors) {
   // The text encoder bench runs at the 27B widths: it refuses the CPU backend before making anything.
   test::expect_one_line_error(magi2("bench --stage text --device cpu --layers 1"), "needs the CUDA backend");
   test::expect_one_line_error(magi2("bench --fp8-compute w4a4 --device cpu --layers 1"), "--fp8-compute");
+  test::expect_one_line_error(magi2("bench --offload sideways --device cpu --layers 1"), "--offload");
+  test::expect_one_line_error(magi2("generate --prompt x -o /tmp/x.mp4 --offload sideways"), "--offload");
+  // The env mirror is checked as strictly as the flag (a parse-time refusal, nothing loaded).
+  std::string out;
+  EXPECT_NE(test::run_command("MAGI2_OFFLOAD=sideways " + test::magi2_binary() + " generate --prompt x -o /tmp/x.mp4",
+                              &out),
+            0);
+  EXPECT_NE(out.find("--offload"), std::string::npos) << out;
+}
+
+TEST(KernelOptions, OffloadIsDocumentedOnEveryFrontEnd) {
+  for (const char* cmd : {"generate --help", "serve --help", "bench --help"}) {
+    const test::CliRun r = magi2(cmd);
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("--offload"), std::string::npos) << cmd;
+    EXPECT_NE(r.out.find("MAGI2_OFFLOAD"), std::string::npos) << cmd;
+  }
 }
 
 TEST(KernelOptions, EngineOptionsValidateTheChoices) {
@@ -58,6 +75,11 @@ TEST(KernelOptions, EngineOptionsValidateTheChoices) {
   o = EngineOptions();
   o.fp8_compute = "w4a4";
   EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--fp8-compute", "w8a16 or w8a8", "w4a4"}));
+  o = EngineOptions();
+  o.offload = "sideways";
+  EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--offload", "none or layerwise", "sideways"}));
+  o.offload = "layerwise";
+  EXPECT_NO_THROW(validate(o));
 }
 
 }  // namespace

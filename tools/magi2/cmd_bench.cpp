@@ -24,6 +24,7 @@
 #include "io/safetensors.h"
 #include "engine/model_files.h"
 #include "models/magi2_dit/dit.h"
+#include "models/magi2_dit/offload.h"
 #include "pipeline/denoise_loop.h"
 #include "pipeline/device_select.h"
 #include "pipeline/generate.h"
@@ -41,6 +42,7 @@ struct BenchArgs {
   std::string config, device = "auto", json, resolutions = "272p,540p", weights = "bf16", cuda_attention = "auto";
   std::string stage = "step", model, write_random;
   std::string fp8_compute = "w8a16";  ///< --fp8-compute: how the FP8 experts compute (w8a16 | w8a8)
+  std::string offload = "none";       ///< --offload: none | layerwise (the layers streamed from pinned host memory)
   int layers = 0, steps = 5, warmup = 1;
   int64_t text_cond = 300, text_uncond = 400;  // the token counts of shared/perf-anchor.md
   bool profile = true;
@@ -53,6 +55,7 @@ struct BenchArgs {
 // The step's weights, made once per run and shared by every resolution.
 struct BenchWeights {
   DitWeights w;
+  std::unique_ptr<DitOffload> offload;  ///< --offload layerwise on CUDA: w is unused, the Dit streams from it
   nlohmann::json info;
 };
 
@@ -182,7 +185,10 @@ BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend
   const auto t_up = clock_t_::now();
   BenchWeights out;
   host.fp8_compute = fp8_compute_from_name(a.fp8_compute, "--fp8-compute");
-  out.w = be.device() == Device::CPU ? host : host.to_backend(be);
+  if (be.device() != Device::CPU && offload_from_name(a.offload, "--offload") == Offload::Layerwise)
+    out.offload = std::make_unique<DitOffload>(host, be, copy_queue_for(be));
+  else
+    out.w = be.device() == Device::CPU ? host : host.to_backend(be);
   be.synchronize();
   const double upload_ms = ms_between(t_up, clock_t_::now());
   out.info = {{"weights", fp8 ? "fp8-experts" : "bf16"},
@@ -194,7 +200,8 @@ BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend
               {"weights_made_on_device_bytes", device_made},
               {"weights_generate_ms", gen_ms},
               {"weights_upload_ms", upload_ms},
-              {"weights_upload_gb_per_s", (unique_bytes - device_made) / (upload_ms * 1e-3) / 1e9}};
+              {"weights_upload_gb_per_s", (unique_bytes - device_made) / (upload_ms * 1e-3) / 1e9},
+              {"offload", out.offload ? "layerwise" : "none"}};
   return out;
 }
 
@@ -202,8 +209,9 @@ nlohmann::json bench_one(const BenchArgs& a, const DitArch& arch, const Magi2Con
                          Backend& be, const BenchWeights& bw) {
   MAGI2_CHECK(res == "272p" || res == "540p", "--resolutions: unknown resolution '", res, "' (272p or 540p)");
   const LatentShape ls = res == "272p" ? latent_shape_for_clip(10.0, 448, 256) : latent_shape_for_clip(10.0, 896, 512);
-  const DitWeights& w = bw.w;
-  Dit dit(arch, w, be);
+  const std::unique_ptr<Dit> dit_owner =
+      bw.offload ? std::make_unique<Dit>(arch, *bw.offload, be) : std::make_unique<Dit>(arch, bw.w, be);
+  Dit& dit = *dit_owner;
 
   PackingShapes sh;
   sh.latent = ls;
@@ -286,6 +294,15 @@ nlohmann::json bench_one(const BenchArgs& a, const DitArch& arch, const Magi2Con
     j["eager_profiled_step_ms"] = eager_sum;
   }
   j.update(bw.info);
+  if (bw.offload) {
+    // PCIe traffic of a step (one forward) and the rate of the timed copies (the eager steps).
+    const CopyQueueStats st = bw.offload->stats();
+    j["pcie_bytes_per_step"] = bw.offload->bytes_per_forward();
+    j["pcie_gb_per_s"] = st.gb_per_s();
+    j["pcie_ms_per_step_at_that_rate"] = st.gb_per_s() > 0 ? bw.offload->bytes_per_forward() / (st.gb_per_s() * 1e6) : 0.0;
+    j["offload_slot_bytes"] = bw.offload->slot_bytes();
+    j["offload_pinned_host_bytes"] = bw.offload->pinned_bytes();
+  }
 #if defined(MAGI2_HAVE_CUDA)
   if (be.device() == Device::CUDA) {
     const CudaMemoryStats m = cuda_memory_stats(be);
@@ -388,6 +405,12 @@ int run_bench(const BenchArgs& a) {
                 j.contains("memory") ? str_cat(", device peak ", j["memory"]["peak_allocated_bytes"].get<double>() / 1e9,
                                                " GB allocated").c_str()
                                      : "");
+    if (j.contains("pcie_bytes_per_step"))
+      std::printf("  --offload layerwise: %.2f GB over PCIe per step at %.1f GB/s (%.1f ms of copies), 2 slots of "
+                  "%.2f GB on the device, %.2f GB pinned on the host\n",
+                  j["pcie_bytes_per_step"].get<double>() / 1e9, j["pcie_gb_per_s"].get<double>(),
+                  j["pcie_ms_per_step_at_that_rate"].get<double>(), j["offload_slot_bytes"].get<double>() / 1e9,
+                  j["offload_pinned_host_bytes"].get<double>() / 1e9);
     if (j.contains("components_eager_ms"))
       for (auto& [name, c] : j["components_eager_ms"].items())
         std::printf("  %-22s %10.2f ms  %7.1f TFLOP/s\n", name.c_str(), c["ms"].get<double>(),
@@ -501,6 +524,7 @@ Command bench_command() {
                 "--weights fp8-experts and --device cuda)")
         ->envname("MAGI2_BENCH_FULL_MODEL");
     add_fp8_compute_option(s, a.fp8_compute);
+    add_offload_option(s, a.offload);
     return s;
   }, run_bench);
 }

@@ -54,6 +54,7 @@ struct GenerateArgs {
   int threads = 0;
   std::string device = "auto", weights = "auto", router_bias = "ema", cuda_attention = "auto";
   std::string fp8_compute = "w8a16";
+  std::string offload = "none";
   bool enhance_prompt = false;
   std::string save_prompt;
   bool dry_run = false, quiet = false;
@@ -151,6 +152,7 @@ int run_generate(const GenerateArgs& a) {
   ec.router_bias = a.router_bias;
   ec.cuda.attention = a.cuda_attention;
   ec.fp8_compute = a.fp8_compute;
+  ec.offload = a.offload;
   if (a.enhance_prompt) {
     ec.prompt_enhancement = pe_endpoint(a.pe);
     ec.prompt_enhancement_request = pe_request(a.pe, "", "");
@@ -365,6 +367,7 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
     add_text_encoder_device_option(s, a.text_encoder_device);
     add_decoder_device_option(s, a.decoder_device);
     add_fp8_compute_option(s, a.fp8_compute);
+    add_offload_option(s, a.offload);
     s->add_flag("--enhance-prompt", a.enhance_prompt,
                 "rewrite the prompt into the structured caption through an OpenAI-compatible endpoint (--pe-*)")
         ->envname("MAGI2_ENHANCE_PROMPT");

@@ -57,4 +57,12 @@ CLI::Option* add_fp8_compute_option(CLI::App* app, std::string& dst) {
                     {"w8a16", "w8a8"}, "MAGI2_FP8_COMPUTE");
 }
 
+CLI::Option* add_offload_option(CLI::App* app, std::string& dst) {
+  return add_choice(app, "--offload", dst,
+                    "where the DiT's weights live: none (all on the device) or layerwise (CUDA: the layer weights "
+                    "stay in pinned host memory and stream into two device layer slots while the previous layer "
+                    "computes; accepted and does nothing on the CPU backend)",
+                    {"none", "layerwise"}, "MAGI2_OFFLOAD");
+}
+
 }  // namespace magi2::cli

@@ -2,8 +2,9 @@
 // forward, bench, serve; docs/fp8.md), `--router-bias` (generate, refine,
 // forward, inspect, serve), `--cuda-attention` (generate, refine, forward,
 // bench, serve; docs/cuda.md), `--text-encoder-device` (generate, refine,
-// encode-text, serve), `--decoder-device` (generate, refine, serve) and
-// `--fp8-compute` (generate, forward, bench, serve; docs/fp8.md). Each has its MAGI2_* env mirror here, so the library itself
+// encode-text, serve), `--decoder-device` (generate, refine, serve),
+// `--fp8-compute` (generate, forward, bench, serve; docs/fp8.md) and `--offload`
+// (generate, bench, serve; docs/memory.md). Each has its MAGI2_* env mirror here, so the library itself
 // reads no environment.
 #pragma once
 
@@ -41,5 +42,9 @@ CLI::Option* add_decoder_device_option(CLI::App* app, std::string& dst);
 /// Adds `--fp8-compute w8a16|w8a8` (env MAGI2_FP8_COMPUTE) writing to `dst`
 /// (EngineOptions::fp8_compute, DitWeights::fp8_compute); other values are refused at parse time.
 CLI::Option* add_fp8_compute_option(CLI::App* app, std::string& dst);
+
+/// Adds `--offload none|layerwise` (env MAGI2_OFFLOAD) writing to `dst`
+/// (EngineOptions::offload, DitOffload); other values are refused at parse time.
+CLI::Option* add_offload_option(CLI::App* app, std::string& dst);
 
 }  // namespace magi2::cli
