@@ -152,6 +152,7 @@ EngineOptions tiny_options(const std::string& offload) {
   o.model = kBuiltinTiny;
   o.cache.cache_dir = cache;
   o.threads = 2;
+  o.text_encoder_device = "cpu";  // the DiT alone in the device pool: no sequential residency in the budget checks
   o.offload = offload;
   return o;
 }
