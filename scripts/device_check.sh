@@ -50,14 +50,14 @@ timeout \${MAGI2_REFINER_BENCH_TIMEOUT:-150} ./run.sh ./magi2 bench --stage refi
 # The Qwen3.5-27B text encoder at the release widths, 4 of its 62 feature layers, 300 and 2000 tokens (docs/cuda.md).
 timeout \${MAGI2_TEXT_BENCH_TIMEOUT:-200} ./run.sh ./magi2 bench --stage text --layers 4 --steps 3 --warmup 1 \
   --json "\$OUT/bench_text.json" 2>&1 | tee "\$OUT/bench_text.log"
-# The codecs at the release widths on a 10 s 272p clip (docs/cuda.md "The codecs on the GPU"): our conv3d kernel,
-# then cuDNN's (MAGI2_CONV_KERNEL=cudnn, also for test_cuda_decoders). Random weights are written once under /tmp.
+# The codecs at the release widths on a 10 s 272p clip (docs/cuda.md "The codecs on the GPU"): cuDNN's conv3d
+# (the default), then our bit-exact kernel (MAGI2_CONV_KERNEL=own, also for test_cuda_decoders). Random weights are written once under /tmp.
 timeout \${MAGI2_DECODE_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --stage decode --steps 3 --warmup 1 \
   --json "\$OUT/bench_decode.json" 2>&1 | tee "\$OUT/bench_decode.log"
-MAGI2_CONV_KERNEL=cudnn timeout \${MAGI2_DECODE_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --stage decode --steps 3 \
-  --warmup 1 --json "\$OUT/bench_decode_cudnn.json" 2>&1 | tee "\$OUT/bench_decode_cudnn.log"
-MAGI2_CONV_KERNEL=cudnn timeout \${MAGI2_TEST_TIMEOUT:-300} ./run.sh ./test_cuda_decoders > "\$OUT/test_cuda_decoders.cudnn.log" 2>&1
-echo "test_cuda_decoders (MAGI2_CONV_KERNEL=cudnn): exit \$? (\$(grep -E 'PASSED|FAILED' "\$OUT/test_cuda_decoders.cudnn.log" | tr '\n' ' '))"
+MAGI2_CONV_KERNEL=own timeout \${MAGI2_DECODE_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --stage decode --steps 1 \
+  --warmup 0 --json "\$OUT/bench_decode_own.json" 2>&1 | tee "\$OUT/bench_decode_own.log"
+MAGI2_CONV_KERNEL=own timeout \${MAGI2_TEST_TIMEOUT:-300} ./run.sh ./test_cuda_decoders > "\$OUT/test_cuda_decoders.own.log" 2>&1
+echo "test_cuda_decoders (MAGI2_CONV_KERNEL=own): exit \$? (\$(grep -E 'PASSED|FAILED' "\$OUT/test_cuda_decoders.own.log" | tr '\n' ' '))"
 # FP8 routed experts, the whole model resident (docs/fp8.md); opt-in: MAGI2_FP8_BENCH=1 (about 2-3 minutes).
 if [ -n "\${MAGI2_FP8_BENCH:-}" ]; then
   timeout \${MAGI2_FP8_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --weights fp8-experts --full-model --steps 3 \

@@ -183,6 +183,8 @@ class CudaBackend final : public Backend {
   }
   /// conv3d on cuDNN whatever MAGI2_CONV_KERNEL says (cuda_conv3d_cudnn).
   bool conv3d_cudnn(const Conv3dParams& p) { return conv_->conv3d(p, stream_); }
+  /// conv3d on our kernel whatever MAGI2_CONV_KERNEL says (cuda_conv3d_own).
+  void conv3d_own(const Conv3dParams& p) { cuda::conv3d(p, stream_); }
   void activation(const ActivationParams& p) override { cuda::activation(p, stream_); }
   void upsample_nearest(const UpsampleNearestParams& p) override { cuda::upsample_nearest(p, stream_); }
   void channels_to_time(const ChannelsToTimeParams& p) override { cuda::channels_to_time(p, stream_); }
@@ -339,6 +341,7 @@ std::map<std::string, double> cuda_profile_end(Backend& b) { return cuda::as_cud
 void cuda_synchronize(Backend& b) { MAGI2_CUDA_CHECK(cudaStreamSynchronize(cuda::as_cuda(b).stream())); }
 
 bool cuda_conv3d_cudnn(Backend& b, const Conv3dParams& p) { return cuda::as_cuda(b).conv3d_cudnn(p); }
+void cuda_conv3d_own(Backend& b, const Conv3dParams& p) { cuda::as_cuda(b).conv3d_own(p); }
 
 void cuda_fill_random(Backend& b, const Tensor& t, uint64_t seed, float stddev) {
   cuda::fill_random(t, seed, stddev, cuda::as_cuda(b).stream());

@@ -63,6 +63,9 @@ CudaMemoryStats cuda_memory_stats(Backend& b);
 /// says (cuda/conv_runner.h): false when cuDNN does not apply to p (nothing
 /// is run then). For the op table and benchmarks; Error on another backend.
 bool cuda_conv3d_cudnn(Backend& b, const Conv3dParams& p);
+/// conv3d through our kernel (conv3d.cu: the CPU's summation order, bit-exact)
+/// on the CUDA backend `b` whatever MAGI2_CONV_KERNEL says. Error on another backend.
+void cuda_conv3d_own(Backend& b, const Conv3dParams& p);
 
 /// Fills a contiguous device tensor with seeded pseudo-random values, on the
 /// backend's stream (benchmarks: release-size weights made on the GPU without a

@@ -40,7 +40,7 @@ class ConvRunner {
   std::unique_ptr<Impl> impl_;
 };
 
-/// MAGI2_CONV_KERNEL: false = "own" (also when unset), true = "cudnn". Read
+/// MAGI2_CONV_KERNEL: true = "cudnn" (also when unset), false = "own". Read
 /// once per process; any other value is an Error naming the variable.
 bool conv_cudnn_selected();
 

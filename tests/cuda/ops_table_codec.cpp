@@ -67,11 +67,13 @@ OpEntry conv_transpose1d_entry(int64_t lin, int64_t cin, int64_t cout, int64_t k
           }};
 }
 
-// The device sine (double, rounded) vs libm's sinf: within an ulp, so a few ulps of the output.
+// The device sine (double, rounded) vs libm's sinf: within an ulp of sin, times 2 sin / beta (up to
+// e = 2.7 with log-scale beta) in absolute terms: an output near zero sees it as many of its own ulps
+// (96 measured on the H200), so the bound is absolute-relative, not in ulps.
 OpEntry snake_entry(int64_t rows, int64_t cols, bool logscale, bool in_place) {
   const std::string s =
       str_cat(rows, "x", cols, logscale ? ", log-scale" : ", linear", in_place ? ", in place" : "");
-  return {"snake_beta", s, ulps(4), 0, [=](Backend& be, uint64_t seed) {
+  return {"snake_beta", s, rel_rms(1e-6, 2e-6), 0, [=](Backend& be, uint64_t seed) {
             CaseBuilder b(be, seed);
             SnakeBetaParams p{.alpha = b.in(b.uniform({cols}, kF32, logscale ? -1.f : 0.2f, logscale ? 1.f : 3.f)),
                               .beta = b.in(b.uniform({cols}, kF32, logscale ? -1.f : 0.2f, logscale ? 1.f : 3.f)),
@@ -113,6 +115,8 @@ OpEntry conv3d_entry(int64_t T, int64_t H, int64_t W, int64_t ci, int64_t co, in
             return b.done([&be, p, cudnn] {
               if (cudnn && be.device() == Device::CUDA)
                 MAGI2_CHECK(cuda_conv3d_cudnn(be, p), "conv3d: cuDNN did not take ", shape_str(p.x.shape()));
+              else if (be.device() == Device::CUDA)
+                cuda_conv3d_own(be, p);  // the bit-exact kernel, whatever the default
               else
                 be.conv3d(p);
             });

@@ -94,8 +94,9 @@ TEST_F(CudaDecodersTest, TurboVaeGivesTheCpuBytes) {
     std::map<std::string, Tensor> dc, dg;
     cpu.set_dump([&](const std::string& n, const Tensor& t) { dc[n] = t.clone(); });
     gpu.set_dump([&](const std::string& n, const Tensor& t) { dg[n] = t.clone(); });
-    // MAGI2_CONV_KERNEL=cudnn: the bf16 convolutions sum in cuDNN's order, so the bf16 decode is
-    // within bf16 rounding of the CPU (the golden test's CPU-vs-official first-block bound) instead of equal.
+    // cuDNN (the default; MAGI2_CONV_KERNEL=own: our bit-exact kernel): the bf16 convolutions sum in
+    // cuDNN's order, so the bf16 decode is within bf16 rounding of the CPU instead of equal: bounded by
+    // the CPU's own distance to the official frames (test_turbo_vae_golden: 0.05 / 0.2; H200: 0.019 / 0.096).
     const bool exact = dt == DType::F32 || !cuda::conv_cudnn_selected();
     for (const char* name : {"latent", "short_latent"}) {
       const Tensor latent = unbatch(io->tensor(name));
@@ -118,7 +119,7 @@ TEST_F(CudaDecodersTest, TurboVaeGivesTheCpuBytes) {
         EXPECT_EQ(df, 0) << dn << " " << name;
         EXPECT_TRUE(same_bytes(ug, uc)) << dn << " " << name << ": uint8 frames differ";
       } else {
-        expect_close(std::string(name) + " frames cuda (cuDNN) vs cpu", fg, fc, 0.01, 0.05);
+        expect_close(std::string(name) + " frames cuda (cuDNN) vs cpu", fg, fc, 0.05, 0.2);
       }
       if (dt == DType::F32) {  // the CPU backend's bound vs the exact fp32 reference (test_turbo_vae_golden)
         const std::string rn = std::string(name) == "latent" ? "frames_cpu_fp32" : "short_frames_cpu_fp32";
