@@ -8,23 +8,45 @@
 # 540p (with MAGI2_FP8_BENCH=1 also the FP8 full-model bench) and the official
 # layers' timing, and writes logs under $OUT.
 # Usage: bash scripts/device_check.sh [BUILD_DIR]   (default: build-dev, configured
-#   here with FFmpeg and libsndfile off: their shared libraries are ~160 MB, past
-#   the 64 MiB the device tool carries; the device image has neither)
+#   here with libsndfile off and the system FFmpeg off: their shared libraries are
+#   ~160 MB, past the 64 MiB the device tool carries; the device image has neither.
+#   When the static FFmpeg + x264 of scripts/ffmpeg_static.sh is there, magi2 links
+#   it (about 3 MB, no libav*.so at run time) and writes MP4 on the device too.)
+#   MAGI2_FFMPEG_STATIC_PREFIX  its install folder (default: .deps/ffmpeg-static here);
+#                      an existing BUILD_DIR is reconfigured when this flips
 #   MAGI2_DEVICE_ROOT   checkout the device tool sends (default: this one)
 #   MAGI2_OFFICIAL_DIR  official SandAI tree (default: .oracle/official in that checkout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-dev}
-if [ ! -f "$build/build.ninja" ]; then
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
-    -DMAGI2_WITH_FFMPEG=OFF -DMAGI2_WITH_SNDFILE=OFF >/dev/null
+ff_prefix=${MAGI2_FFMPEG_STATIC_PREFIX:-$(pwd)/.deps/ffmpeg-static}
+if [ -f "$ff_prefix/lib/pkgconfig/libavformat.pc" ] && [ -f "$ff_prefix/lib/libx264.a" ]; then
+  ff_static=ON
+  ff_opts=(-DMAGI2_WITH_FFMPEG=ON -DMAGI2_FFMPEG_STATIC=ON "-DCMAKE_PREFIX_PATH=$ff_prefix")
+else
+  ff_static=OFF
+  ff_opts=(-DMAGI2_WITH_FFMPEG=OFF -DMAGI2_FFMPEG_STATIC=OFF)
 fi
+# Configured when new, or when the static FFmpeg appeared or went (only the media
+# library and the links are rebuilt then). CMAKE_PREFIX_PATH puts the prefix's
+# lib/pkgconfig ahead of the system's for pkg-config; -U drops a cached look-up.
+if [ ! -f "$build/build.ninja" ] || ! grep -q "^MAGI2_FFMPEG_STATIC:BOOL=$ff_static\$" "$build/CMakeCache.txt"; then
+  PKG_CONFIG_PATH="$ff_prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+    -DMAGI2_WITH_SNDFILE=OFF "${ff_opts[@]}" -U '__pkg_config_*FFMPEG' -U 'pkgcfg_lib_FFMPEG_*' >/dev/null
+fi
+grep -q "^MAGI2_FFMPEG_STATIC:BOOL=$ff_static\$" "$build/CMakeCache.txt" ||
+  { echo "device_check: $build did not take MAGI2_FFMPEG_STATIC=$ff_static" >&2; exit 1; }
 root=${MAGI2_DEVICE_ROOT:-$(pwd)}
 out="$root/build-device"
 tests=$(cd tests/cuda && ls test_cuda_*.cpp | sed 's/\.cpp$//' | tr '\n' ' ')
 benches=$( [ -d bench ] && (cd bench && ls bench_*.cpp 2>/dev/null | sed 's/\.cpp$//' | tr '\n' ' ') || true)
 # shellcheck disable=SC2086
 bash scripts/cuda_bundle.sh "$build" "$out" magi2 $tests $benches >/dev/null
+if [ $ff_static = ON ] && ldd "$out/magi2" | grep -Eq 'lib(av[a-z]+|swscale|swresample|x264)\.so'; then
+  echo "device_check: $out/magi2 links a shared FFmpeg/x264 despite the static prefix" >&2; exit 1
+fi
+echo "device_check: MP4 output $( [ $ff_static = ON ] && echo "on (static FFmpeg from $ff_prefix)" || echo "off (no $ff_prefix: bash scripts/ffmpeg_static.sh)")"
 mkdir -p "$out/golden"
 cp -r ../shared/golden/dit_tiny "$out/golden/"
 cp -r ../shared/golden/qwen35_text_tiny "$out/golden/"  # test_cuda_text_encoder (4.5 MB)
@@ -43,6 +65,14 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv | 
 for t in $tests; do
   timeout \${MAGI2_TEST_TIMEOUT:-300} ./run.sh ./\$t > "\$OUT/\$t.log" 2>&1; echo "\$t: exit \$? (\$(grep -E 'PASSED|FAILED' "\$OUT/\$t.log" | tr '\n' ' '))"
 done
+# With the static FFmpeg linked (scripts/ffmpeg_static.sh): a 2 s clip of the built-in tiny model, the DiT on
+# CUDA, written as MP4 on the device (\$OUT/tiny_cuda.mp4, about 1.5 MB; ffprobe it here).
+if [ "$ff_static" = ON ]; then
+  MAGI2_CACHE_DIR=/tmp/magi2-cache timeout \${MAGI2_MP4_TIMEOUT:-180} ./run.sh ./magi2 generate --device cuda \\
+    --model builtin:tiny --prompt "A red fox trots through fresh snow at dawn." --seconds 2 \\
+    -o "\$OUT/tiny_cuda.mp4" > "\$OUT/generate_mp4.log" 2>&1
+  echo "magi2 generate -o tiny_cuda.mp4: exit \$? (\$(tail -n 3 "\$OUT/generate_mp4.log" | tr '\\n' ' '))"
+fi
 timeout \${MAGI2_BENCH_TIMEOUT:-400} ./run.sh ./magi2 bench \${MAGI2_BENCH_ARGS:-} --json "\$OUT/bench.json" 2>&1 | tee "\$OUT/bench.log"
 # One 1080p refiner forward at the release width, 4 of its 30 layers (docs/refiner.md "On CUDA").
 timeout \${MAGI2_REFINER_BENCH_TIMEOUT:-150} ./run.sh ./magi2 bench --stage refiner --layers 4 --steps 2 --warmup 0 \
