@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "core/error.h"
 #include "io/temp_files.h"
@@ -152,31 +153,52 @@ std::string read_text_file(const std::string& path, size_t max_bytes) {
 }
 
 void write_file_atomic(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const TempFileGuard guard(tmp);  // a SIGINT/SIGTERM before the rename removes it
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(str_cat("cannot write '", path, "': ", std::strerror(errno)));
+  AtomicFileWriter w(path);
+  w.write(bytes.data(), bytes.size());
+  w.commit(true);
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path)
+    : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+  guard_ = std::make_unique<TempFileGuard>(tmp_);  // a SIGINT/SIGTERM before the rename removes it
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error(str_cat("cannot write '", path_, "': ", std::strerror(errno)));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ < 0) return;  // committed
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t bytes) {
+  MAGI2_CHECK(fd_ >= 0, "cannot write '", path_, "': already committed");
+  const char* p = static_cast<const char*>(data);
   size_t off = 0;
-  while (off < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + off, bytes.size() - off);
+  while (off < bytes) {
+    const ssize_t w = ::write(fd_, p + off, bytes - off);
     if (w < 0) {
       if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(str_cat("cannot write '", path, "': ", std::strerror(e)));
+      throw Error(str_cat("cannot write '", path_, "': ", std::strerror(errno)));
     }
     off += static_cast<size_t>(w);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    throw Error(str_cat("cannot write '", path, "': ", std::strerror(e)));
+}
+
+void AtomicFileWriter::commit(bool sync) {
+  MAGI2_CHECK(fd_ >= 0, "cannot write '", path_, "': already committed");
+  const int fd = fd_;
+  fd_ = -1;
+  int e = (sync && ::fsync(fd) != 0) ? errno : 0;
+  if (::close(fd) != 0 && e == 0) e = errno;
+  if (e != 0) {
+    ::unlink(tmp_.c_str());
+    throw Error(str_cat("cannot write '", path_, "': ", std::strerror(e)));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    throw Error(str_cat("cannot rename '", tmp, "' to '", path, "': ", std::strerror(e)));
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp_.c_str());
+    throw Error(str_cat("cannot rename '", tmp_, "' to '", path_, "': ", std::strerror(e)));
   }
 }
 

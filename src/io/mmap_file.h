@@ -68,4 +68,30 @@ std::string read_text_file(const std::string& path, size_t max_bytes = kMaxTextF
 /// removed on errors and on SIGINT/SIGTERM (io/temp_files.h).
 void write_file_atomic(const std::string& path, const std::string& bytes);
 
+/// A file written in pieces, atomically: bytes go to PATH.tmp.<pid> (removed on
+/// SIGINT/SIGTERM, on errors and when the writer is destroyed uncommitted) and
+/// commit() renames it to PATH. For outputs too large to hold in one string
+/// (a release-width checkpoint shard is gigabytes). Errors (Error naming PATH):
+/// the temporary file cannot be created or written, the rename fails.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  /// Appends `bytes` bytes from `data`.
+  void write(const void* data, size_t bytes);
+  /// Closes the file (after fsync when `sync`) and renames it to the target.
+  /// `sync` = false for a file inside a folder that is itself renamed into
+  /// place when complete (the folder's rename is the atomic step; an fsync
+  /// per multi-GB file would make the writer disk-bound).
+  void commit(bool sync = true);
+
+ private:
+  std::string path_, tmp_;
+  std::unique_ptr<class TempFileGuard> guard_;
+  int fd_ = -1;
+};
+
 }  // namespace magi2

@@ -132,30 +132,66 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
   return Tensor::view_of(ptr, e.shape, e.dtype, std::static_pointer_cast<void>(file_));
 }
 
-void write_safetensors(const std::string& path,
-                       const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The 8-byte length and the JSON header (padded to 8 bytes) of `specs`, and the
+// data section's size.
+std::string safetensors_header(const std::vector<SafetensorsSpec>& specs,
+                               const std::map<std::string, std::string>& metadata, size_t* data_bytes) {
   json h = json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   size_t off = 0;
-  for (const auto& [name, t] : tensors) {
-    MAGI2_CHECK(t.device() == Device::CPU && t.is_contiguous(), "write_safetensors: tensor '", name,
-                "' must be a contiguous CPU tensor");
-    MAGI2_CHECK(!h.contains(name), "write_safetensors: duplicate tensor name '", name, "'");
-    h[name] = {{"dtype", std::string(dtype_name(t.dtype()))},
-               {"shape", t.shape()},
-               {"data_offsets", {off, off + t.nbytes()}}};
-    off += t.nbytes();
+  for (const SafetensorsSpec& s : specs) {
+    MAGI2_CHECK(!h.contains(s.name), "write_safetensors: duplicate tensor name '", s.name, "'");
+    size_t n = dtype_size(s.dtype);
+    for (int64_t d : s.shape) n *= static_cast<size_t>(d);
+    h[s.name] = {{"dtype", std::string(dtype_name(s.dtype))}, {"shape", s.shape}, {"data_offsets", {off, off + n}}};
+    off += n;
   }
   std::string hs = h.dump();
   while ((8 + hs.size()) % 8) hs.push_back(' ');  // align the data section to 8 bytes
   std::string out;
-  out.reserve(8 + hs.size() + off);
-  uint64_t n = hs.size();
+  const uint64_t n = hs.size();
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  out += hs;
+  *data_bytes = off;
+  return out + hs;
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsSpec> specs;
+  for (const auto& [name, t] : tensors) {
+    MAGI2_CHECK(t.device() == Device::CPU && t.is_contiguous(), "write_safetensors: tensor '", name,
+                "' must be a contiguous CPU tensor");
+    specs.push_back({name, t.shape(), t.dtype()});
+  }
+  size_t data = 0;
+  std::string out = safetensors_header(specs, metadata, &data);
+  out.reserve(out.size() + data);
   for (const auto& [name, t] : tensors) out.append(static_cast<const char*>(t.data()), t.nbytes());
   write_file_atomic(path, out);
+}
+
+void write_safetensors_streamed(const std::string& path, const std::vector<SafetensorsSpec>& specs,
+                                const std::function<Tensor(size_t)>& make,
+                                const std::map<std::string, std::string>& metadata, bool sync) {
+  size_t data = 0;
+  const std::string header = safetensors_header(specs, metadata, &data);
+  AtomicFileWriter w(path);
+  w.write(header.data(), header.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const Tensor t = make(i);
+    MAGI2_CHECK(t.defined() && t.device() == Device::CPU && t.is_contiguous() && t.shape() == specs[i].shape &&
+                    t.dtype() == specs[i].dtype,
+                "write_safetensors '", path, "': tensor '", specs[i].name, "' was made as ",
+                t.defined() ? str_cat(dtype_name(t.dtype()), " ", shape_str(t.shape())) : std::string("nothing"),
+                ", expected a contiguous CPU ", dtype_name(specs[i].dtype), " ", shape_str(specs[i].shape));
+    w.write(t.data(), t.nbytes());
+  }
+  w.commit(sync);
 }
 
 }  // namespace magi2

@@ -4,6 +4,7 @@
 // then the data section; offsets are relative to the data section.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,5 +58,23 @@ class SafetensorsFile {
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+/// One tensor of a streamed safetensors file: what the header says.
+struct SafetensorsSpec {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::F32;
+};
+
+/// Writes a safetensors file of `specs` (in order) without holding it in
+/// memory: the header first (byte-identical to write_safetensors for the same
+/// tensors), then `make(i)` for each spec i in turn, written and dropped
+/// before the next is made (peak memory: one tensor). `make` must return a
+/// contiguous CPU tensor of spec i's shape and dtype. Atomic
+/// (AtomicFileWriter; `sync` as its commit). Errors: a duplicate name, a made
+/// tensor of the wrong shape or dtype (naming it), write failures (naming the path).
+void write_safetensors_streamed(const std::string& path, const std::vector<SafetensorsSpec>& specs,
+                                const std::function<Tensor(size_t)>& make,
+                                const std::map<std::string, std::string>& metadata = {}, bool sync = true);
 
 }  // namespace magi2

@@ -338,5 +338,26 @@ TEST(Safetensors, MappedTensorsTellTheirShardAndOffset) {
   EXPECT_FALSE(find_mapped_span(mapped_b, 16, &gone));  // the mapping was dropped with the file
 }
 
+// The streamed writer (one tensor in memory at a time, for release-width
+// shards) gives write_safetensors' bytes; a made tensor that does not match its
+// spec is an error naming it, and nothing is left under the path.
+TEST(Safetensors, StreamedWriterGivesTheSameBytes) {
+  const std::string dir = test::temp_dir("st_stream");
+  const Tensor a = Tensor::from_f32({3}, {1.f, 2.f, 3.f}), b = Tensor::from_f32({2, 2}, {4.f, 5.f, 6.f, 7.f}).to(DType::BF16);
+  write_safetensors(dir + "/whole.safetensors", {{"b", b}, {"a", a}}, {{"format", "pt"}});
+  const std::vector<SafetensorsSpec> specs = {{"b", b.shape(), b.dtype()}, {"a", a.shape(), a.dtype()}};
+  int made = 0;
+  write_safetensors_streamed(dir + "/streamed.safetensors", specs, [&](size_t i) { ++made; return i == 0 ? b : a; },
+                             {{"format", "pt"}}, false);
+  EXPECT_EQ(made, 2);
+  EXPECT_EQ(read_text_file(dir + "/streamed.safetensors"), read_text_file(dir + "/whole.safetensors"));
+  EXPECT_TRUE(test::throws_with(
+      [&] { write_safetensors_streamed(dir + "/bad.safetensors", specs, [&](size_t) { return a; }); },
+      {dir + "/bad.safetensors", "'b'", "expected"}));
+  EXPECT_FALSE(fs::exists(dir + "/bad.safetensors"));
+  for (const auto& e : fs::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
 }  // namespace
 }  // namespace magi2
