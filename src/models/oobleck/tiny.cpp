@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/seeded_random.h"
+#include "core/seeded_tensor.h"
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
 #include "models/oobleck/weights.h"
@@ -22,20 +23,13 @@ bool ends_with(const std::string& s, const char* tail) { return s.ends_with(tail
 
 Tensor make_tensor(const std::string& name, const Shape& shape, uint64_t seed) {
   const uint64_t key = fnv1a(name) ^ seed;
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t u = static_cast<uint64_t>(i);
-    double x;
-    if (ends_with(name, "weight_g")) x = 0.5 + 0.5 * unit_uniform(key, u);
-    else if (ends_with(name, "bias")) x = 0.02 * normal_sample(key, u, 0.0, 1.0);
-    else if (ends_with(name, "alpha")) x = 0.5 * normal_sample(key, u, 0.0, 1.0);
-    else if (ends_with(name, "beta")) x = 0.5 + 0.3 * normal_sample(key, u, 0.0, 1.0);
-    else x = normal_sample(key, u, 0.0, 1.0);  // weight_v and the placeholder
-    v[static_cast<size_t>(i)] = static_cast<float>(x);
-  }
-  return Tensor::from_f32(shape, v);
+  return seeded_tensor(shape, DType::F32, [&](uint64_t u) {
+    if (ends_with(name, "weight_g")) return 0.5 + 0.5 * unit_uniform(key, u);
+    if (ends_with(name, "bias")) return 0.02 * normal_sample(key, u, 0.0, 1.0);
+    if (ends_with(name, "alpha")) return 0.5 * normal_sample(key, u, 0.0, 1.0);
+    if (ends_with(name, "beta")) return 0.5 + 0.3 * normal_sample(key, u, 0.0, 1.0);
+    return normal_sample(key, u, 0.0, 1.0);  // weight_v and the placeholder
+  });
 }
 
 }  // namespace

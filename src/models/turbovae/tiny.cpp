@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/seeded_random.h"
+#include "core/seeded_tensor.h"
 #include "io/mmap_file.h"
 #include "io/torch_zip.h"
 #include "models/turbovae/decoder.h"
@@ -52,6 +53,12 @@ TurboVaeConfig tiny_turbo_vae_config() {
   return c;
 }
 
+TurboVaeConfig release_turbo_vae_config() {
+  TurboVaeConfig c = tiny_turbo_vae_config();
+  c.decoder_block_out_channels = {64, 128, 256, 512};  // spec §6.1
+  return c;
+}
+
 void write_tiny_turbo_vae(const std::string& dir, uint64_t seed, const TurboVaeConfig& cfg) {
   cfg.validate("<tiny TurboVAE config>");
   std::error_code ec;
@@ -59,16 +66,13 @@ void write_tiny_turbo_vae(const std::string& dir, uint64_t seed, const TurboVaeC
   MAGI2_CHECK(!ec, "make-tiny: cannot create '", dir, "': ", ec.message());
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& s : turbo_vae_tensor_specs(cfg)) {
-    Tensor t = Tensor::empty(s.shape, DType::F32);
     const double sd = init_std(s);
     const uint64_t key = fnv1a(s.name) ^ seed;
-    float* v = t.data_as<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) {
+    Tensor t = seeded_tensor(s.shape, DType::F32, [&](uint64_t i) {
       // Box-Muller (cosine branch), one normal from two uniforms per element.
-      const double r = std::sqrt(-2.0 * std::log(unit_uniform(key, 2 * static_cast<uint64_t>(i))));
-      const double z = r * std::cos(2.0 * M_PI * unit_uniform(key, 2 * static_cast<uint64_t>(i) + 1));
-      v[i] = static_cast<float>(z * sd);
-    }
+      const double r = std::sqrt(-2.0 * std::log(unit_uniform(key, 2 * i)));
+      return r * std::cos(2.0 * M_PI * unit_uniform(key, 2 * i + 1)) * sd;
+    });
     tensors.emplace_back("module." + s.name, std::move(t));
   }
   write_torch_checkpoint(dir + "/" + kTurboVaeCheckpointName, tensors, "ema_state_dict");

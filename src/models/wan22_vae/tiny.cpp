@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/seeded_random.h"
+#include "core/seeded_tensor.h"
 #include "io/torch_zip.h"
 
 namespace magi2 {
@@ -122,15 +123,13 @@ std::vector<std::pair<std::string, Shape>> wan22_vae_tensor_specs(const Wan22Vae
 void write_tiny_wan22_vae(const std::string& path, uint64_t seed, const Wan22VaeLayout& layout) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& [name, shape] : wan22_vae_tensor_specs(layout)) {
-    Tensor t = Tensor::empty(shape, DType::F32);
     const auto [mean, sd] = recipe(name, shape);
     const uint64_t key = fnv1a(name) ^ seed;
-    float* d = t.data_as<float>();
-    for (int64_t i = 0; i < t.numel(); ++i) {
+    Tensor t = seeded_tensor(shape, DType::F32, [&](uint64_t i) {
       // Box-Muller, one normal per element (cosine branch) from two uniforms.
-      const double u1 = unit_uniform(key, 2 * static_cast<uint64_t>(i)), u2 = unit_uniform(key, 2 * static_cast<uint64_t>(i) + 1);
-      d[i] = static_cast<float>(mean + sd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-    }
+      const double u1 = unit_uniform(key, 2 * i), u2 = unit_uniform(key, 2 * i + 1);
+      return mean + sd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+    });
     tensors.emplace_back(name, std::move(t));
   }
   write_torch_checkpoint(path, tensors);
