@@ -25,6 +25,8 @@
 #include "models/turbovae/tiny.h"
 #include "models/wan22_vae/tiny.h"
 #include "core/seeded_random.h"
+#include "core/seeded_tensor.h"
+#include "engine/model_writer.h"
 #include "engine/tiny_text_encoder.h"
 
 namespace magi2 {
@@ -190,23 +192,16 @@ Tensor random_dit_tensor(const DitTensorSpec& t, uint64_t seed, bool fast) {
   const uint64_t key = fnv1a(t.name) ^ seed;
   int64_t n = 1;
   for (int64_t s : t.shape) n *= s;
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    double x = 0;
+  // seeded_tensor rounds to nearest even: the stored bf16 values are exact.
+  return seeded_tensor(t.shape, t.dtype, [&](uint64_t i) -> double {
     if (r.kind == Recipe::RopeBands) {
       // Official default freq_bands 10000^(-b/nb) (spec magi2-dit.md §2.3), in the
       // official fp32 form 1 / 10000^(b/nb): bit-identical to the golden buffer.
-      x = 1.0f / std::pow(10000.0f, static_cast<float>(i) / static_cast<float>(n));
-    } else if (r.kind == Recipe::Uniform) {
-      x = r.a + (r.b - r.a) * unit_uniform(key, static_cast<uint64_t>(i));
-    } else {
-      x = normal_sample(key, static_cast<uint64_t>(i), r.a, r.b);
+      return 1.0f / std::pow(10000.0f, static_cast<float>(i) / static_cast<float>(n));
     }
-    v[static_cast<size_t>(i)] = static_cast<float>(x);
-  }
-  Tensor f = Tensor::from_f32(t.shape, v);
-  // Tensor::to rounds to nearest even: the stored bf16 values are exact.
-  return t.dtype == DType::F32 ? f : f.to(t.dtype);
+    if (r.kind == Recipe::Uniform) return r.a + (r.b - r.a) * unit_uniform(key, i);
+    return normal_sample(key, i, r.a, r.b);
+  });
 }
 
 namespace {
@@ -237,19 +232,9 @@ bool is_complete_tiny(const fs::path& d) {
 
 // One checkpoint folder in the official layout: two shards + index.
 void write_checkpoint(const fs::path& dir, const std::vector<DitTensorSpec>& specs, int num_layers, uint64_t seed) {
-  std::map<std::string, std::vector<std::pair<std::string, Tensor>>> shards;
-  nlohmann::json weight_map = nlohmann::json::object();
-  size_t total = 0;
-  for (const auto& s : specs) {
-    Tensor t = random_dit_tensor(s, seed);
-    total += t.nbytes();
-    const char* shard = shard_of(s.name, num_layers);
-    weight_map[s.name] = shard;
-    shards[shard].emplace_back(s.name, std::move(t));
-  }
-  for (const auto& [file, tensors] : shards) write_safetensors((dir / file).string(), tensors, {{"format", "pt"}});
-  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_file_atomic((dir / kIndex).string(), index.dump(2) + "\n");
+  write_sharded_checkpoint(
+      dir.string(), specs, [&](const std::string& name) { return shard_of(name, num_layers); },
+      [&](const DitTensorSpec& s) { return random_dit_tensor(s, seed); }, true);
 }
 
 void write_folder(const fs::path& root, uint64_t seed) {
@@ -293,38 +278,8 @@ TinyModelSize tiny_model_size() {
 }
 
 void make_tiny_model(const std::string& dir, uint64_t seed) {
-  if (dir.empty()) throw Error("make-tiny: the output folder name is empty");
-  // "out/" and "out" must give the same temp sibling "out.tmp.<pid>".
-  fs::path target = fs::path(dir).lexically_normal();
-  if (!target.has_filename()) target = target.parent_path();
-  std::error_code ec;
-  if (fs::exists(target, ec)) {
-    if (!fs::is_directory(target, ec)) throw Error(str_cat("make-tiny: '", dir, "' exists and is not a folder"));
-    if (!fs::is_empty(target, ec)) throw Error(str_cat("make-tiny: '", dir, "' exists and is not empty"));
-  }
-  if (target.has_parent_path()) {
-    fs::create_directories(target.parent_path(), ec);
-    if (ec) throw Error(str_cat("make-tiny: cannot create '", target.parent_path().string(), "': ", ec.message()));
-  }
-  // pid + a per-process counter: distinct for concurrent processes and threads.
-  static std::atomic<unsigned> counter{0};
-  const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  fs::remove_all(tmp, ec);  // a leftover of a crashed run with a recycled pid
-  try {
-    for (const char* sub : {"preview", "refiner", "text_encoder", "turbo_vae", "stable-audio-open-1.0", "vae"}) {
-      fs::create_directories(tmp / sub, ec);
-      if (ec) throw Error(str_cat("make-tiny: cannot create '", (tmp / sub).string(), "': ", ec.message()));
-    }
-    write_folder(tmp, seed);
-    // rename(2) replaces an empty folder and fails on a non-empty one, so a
-    // concurrent writer that got there first is never clobbered.
-    fs::rename(tmp, target, ec);
-    if (ec) throw Error(str_cat("make-tiny: cannot rename '", tmp.string(), "' to '", dir, "': ", ec.message()));
-  } catch (...) {
-    std::error_code ignore;
-    fs::remove_all(tmp, ignore);
-    throw;
-  }
+  build_model_folder(dir, {"preview", "refiner", "text_encoder", "turbo_vae", "stable-audio-open-1.0", "vae"},
+                     [&](const fs::path& tmp) { write_folder(tmp, seed); }, "make-tiny");
 }
 
 std::string model_cache_dir(const CacheEnv& env) {

@@ -19,6 +19,7 @@
 #include "models/qwen35/tok_pretokenize.h"
 #include "models/qwen35/tok_unicode.h"
 #include "core/seeded_random.h"
+#include "core/seeded_tensor.h"
 
 namespace magi2 {
 
@@ -134,17 +135,26 @@ ojson added_token(int id, const char* content) {
 
 // Init per tensor (transformers conventions, scaled to keep a random network's
 // activations O(1)): gains 1 + w near 1, A_log = log U(1, 16), dt_bias near 1.
-double draw(const std::string& name, const Shape& shape, uint64_t key, uint64_t i) {
+// Chosen once per tensor (not per element: the release widths have billions).
+struct TextDraw {
+  bool log_uniform = false;  // A_log: log(1 + 15 U)
+  double mean = 0, sd = 1;   // otherwise N(mean, sd)
+  double operator()(uint64_t key, uint64_t i) const {
+    return log_uniform ? std::log(1.0 + 15.0 * unit_uniform(key, i)) : normal_sample(key, i, mean, sd);
+  }
+};
+
+TextDraw text_draw(const std::string& name, const Shape& shape) {
   auto ends = [&](const char* s) { return name.ends_with(s); };
-  if (ends("A_log")) return std::log(1.0 + 15.0 * unit_uniform(key, i));
-  if (ends("dt_bias")) return normal_sample(key, i, 1.0, 0.1);
-  if (ends("linear_attn.norm.weight")) return normal_sample(key, i, 1.0, 0.1);  // plain gain
-  if (ends("norm.weight")) return normal_sample(key, i, 0.0, 0.1);              // gain 1 + w
-  if (ends("embed_tokens.weight")) return normal_sample(key, i, 0.0, 1.0);
-  if (ends("conv1d.weight")) return normal_sample(key, i, 0.0, 1.0 / std::sqrt(static_cast<double>(shape.back())));
+  if (ends("A_log")) return {true};
+  if (ends("dt_bias")) return {false, 1.0, 0.1};
+  if (ends("linear_attn.norm.weight")) return {false, 1.0, 0.1};  // plain gain
+  if (ends("norm.weight")) return {false, 0.0, 0.1};              // gain 1 + w
+  if (ends("embed_tokens.weight")) return {false, 0.0, 1.0};
   const double in = static_cast<double>(shape.back());
+  if (ends("conv1d.weight")) return {false, 0.0, 1.0 / std::sqrt(in)};
   const bool output = ends("out_proj.weight") || ends("o_proj.weight") || ends("down_proj.weight");
-  return normal_sample(key, i, 0.0, (output ? 0.5 : 1.0) / std::sqrt(in));
+  return {false, 0.0, (output ? 0.5 : 1.0) / std::sqrt(in)};
 }
 
 }  // namespace
@@ -214,24 +224,57 @@ std::string tiny_tokenizer_config_json() {
   return c.dump(2) + "\n";
 }
 
-void write_tiny_text_encoder(const std::string& dir, uint64_t seed) {
+std::string text_encoder_config_json(const qwen35::TextConfig& c) {
+  ojson j = ojson::parse(tiny_text_config_json());
+  const int tokens = j["vocab_size"].get<int>();
+  MAGI2_CHECK(c.vocab_size >= tokens, "text encoder config: vocab_size ", c.vocab_size,
+              " cannot hold the generated tokenizer's ", tokens, " ids");
+  MAGI2_CHECK(static_cast<int>(c.full_attention.size()) == c.num_hidden_layers,
+              "text encoder config: ", c.full_attention.size(), " layer kinds for ", c.num_hidden_layers, " layers");
+  j["hidden_size"] = c.hidden_size;
+  j["num_hidden_layers"] = c.num_hidden_layers;
+  ojson kinds = ojson::array();
+  for (bool full : c.full_attention) kinds.push_back(full ? "full_attention" : "linear_attention");
+  j["layer_types"] = kinds;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_key_value_heads;
+  j["head_dim"] = c.head_dim;
+  j["linear_conv_kernel_dim"] = c.linear_conv_kernel_dim;
+  j["linear_key_head_dim"] = c.linear_key_head_dim;
+  j["linear_num_key_heads"] = c.linear_num_key_heads;
+  j["linear_num_value_heads"] = c.linear_num_value_heads;
+  j["linear_value_head_dim"] = c.linear_value_head_dim;
+  j["partial_rotary_factor"] = c.partial_rotary_factor;
+  j["rope_parameters"]["partial_rotary_factor"] = c.partial_rotary_factor;
+  j["rope_parameters"]["rope_theta"] = c.rope_theta;
+  if (!c.mrope_section.empty()) j["rope_parameters"]["mrope_section"] = c.mrope_section;
+  j["vocab_size"] = c.vocab_size;
+  return j.dump(2) + "\n";
+}
+
+void write_text_encoder(const std::string& dir, const std::string& config_json, uint64_t seed, bool sync) {
   const fs::path root(dir);
-  const std::string cfg_text = tiny_text_config_json();
-  const qwen35::TextConfig cfg = qwen35::TextConfig::from_json_text(cfg_text, "<built-in tiny text config>");
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& s : qwen35::text_tensor_specs(cfg)) {
-    const uint64_t key = fnv1a(s.name) ^ seed;
-    int64_t n = 1;
-    for (int64_t d : s.shape) n *= d;
-    std::vector<float> v(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i)
-      v[static_cast<size_t>(i)] = static_cast<float>(draw(s.name, s.shape, key, static_cast<uint64_t>(i)));
-    tensors.emplace_back(s.name, Tensor::from_f32(s.shape, v).to(DType::BF16));
-  }
-  write_safetensors((root / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  write_file_atomic((root / "config.json").string(), cfg_text);
+  const qwen35::TextConfig cfg = qwen35::TextConfig::from_json_text(config_json, (root / "config.json").string());
+  std::vector<SafetensorsSpec> specs;
+  for (const auto& s : qwen35::text_tensor_specs(cfg)) specs.push_back({s.name, s.shape, DType::BF16});
+  // One tensor in memory at a time: the release embedding alone is 2.5 GB.
+  write_safetensors_streamed(
+      (root / "model.safetensors").string(), specs,
+      [&](size_t i) {
+        const SafetensorsSpec& s = specs[i];
+        const uint64_t key = fnv1a(s.name) ^ seed;
+        const TextDraw d = text_draw(s.name, s.shape);
+        return seeded_tensor(s.shape, DType::BF16, [&](uint64_t e) { return d(key, e); });
+      },
+      {{"format", "pt"}}, sync);
+  write_file_atomic((root / "config.json").string(), config_json);
   write_file_atomic((root / "tokenizer.json").string(), tiny_tokenizer_json());
   write_file_atomic((root / "tokenizer_config.json").string(), tiny_tokenizer_config_json());
+}
+
+void write_tiny_text_encoder(const std::string& dir, uint64_t seed) {
+  write_text_encoder(dir, tiny_text_config_json(), seed, true);
 }
 
 }  // namespace magi2

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "models/qwen35/text_config.h"
+
 namespace magi2 {
 
 /// config.json of the tiny text encoder: model_type qwen3_5_text, the values
@@ -34,5 +36,22 @@ std::string tiny_tokenizer_config_json();
 /// SplitMix64 + Box-Muller), scaled so activations stay O(1). Errors: a file
 /// cannot be written (magi2::Error naming it).
 void write_tiny_text_encoder(const std::string& dir, uint64_t seed);
+
+/// tiny_text_config_json() with the widths, layer count, layer kinds, rope
+/// values and vocab_size of `c` (the special ids stay the generated
+/// tokenizer's, so that tokenizer serves any vocabulary at least as large):
+/// the config.json of a random text encoder at other widths (make-random:
+/// the Qwen3.5-27B widths). Errors: c.vocab_size smaller than the tokenizer's
+/// ids, c.full_attention not one entry per layer.
+std::string text_encoder_config_json(const qwen35::TextConfig& c);
+
+/// write_tiny_text_encoder for any config.json text (`config_json`, e.g.
+/// text_encoder_config_json()): the generated tokenizer files and
+/// model.safetensors drawn by the same per-name recipe, streamed one tensor
+/// at a time and filled on every core (the release widths are ~2.5 GB of
+/// embedding plus ~0.75 GB per layer). `sync`: fsync each file (off inside a
+/// folder renamed into place when complete). Errors: the config does not
+/// parse (naming dir/config.json), a file cannot be written.
+void write_text_encoder(const std::string& dir, const std::string& config_json, uint64_t seed, bool sync);
 
 }  // namespace magi2

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "engine/model_files.h"
+#include "engine/model_writer.h"
 #include "engine/tiny_model.h"
 #include "io/checkpoint.h"
 #include "io/mmap_file.h"
@@ -24,15 +25,6 @@ namespace magi2::cli {
 namespace fs = std::filesystem;
 
 namespace {
-
-// The shard a tensor goes to: one per layer, the adapters in their own.
-std::string shard_name(const std::string& name, int layers) {
-  const std::string pre = "block.layers.";
-  const int l = name.rfind(pre, 0) == 0 ? std::atoi(name.c_str() + pre.size()) + 1 : 0;
-  char b[64];
-  std::snprintf(b, sizeof b, "model-%05d-of-%05d.safetensors", l + 1, layers + 1);
-  return b;
-}
 
 // Every tensor's bytes read from its shard with pread, spread over threads by
 // size (the host half of the CUDA upload), into per-thread 32 MiB buffers.
@@ -87,27 +79,11 @@ void read_all(const std::vector<Tensor>& tensors) {
 void write_random_dit(const std::string& dir, const DitArch& arch) {
   const fs::path pdir = fs::path(dir) / "preview";
   fs::create_directories(pdir);
-  std::map<std::string, std::vector<DitTensorSpec>> shards;
-  nlohmann::json weight_map = nlohmann::json::object();
-  size_t total = 0;
-  for (const DitTensorSpec& s : dit_tensor_specs(arch)) {
-    const std::string shard = shard_name(s.name, arch.num_layers);
-    weight_map[s.name] = shard;
-    size_t n = dtype_size(s.dtype);
-    for (int64_t d : s.shape) n *= static_cast<size_t>(d);
-    total += n;
-    shards[shard].push_back(s);
-  }
-  // One shard in memory at a time (a release MoE layer is ~6 GB).
-  for (const auto& [file, specs] : shards) {
-    std::vector<std::pair<std::string, Tensor>> tensors;
-    for (const DitTensorSpec& s : specs) tensors.emplace_back(s.name, random_dit_tensor(s, 7, true));
-    write_safetensors((pdir / file).string(), tensors, {{"format", "pt"}});
-    std::printf("bench load: wrote %s\n", (pdir / file).c_str());
-    std::fflush(stdout);
-  }
-  const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-  write_file_atomic((pdir / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  write_sharded_checkpoint(
+      pdir.string(), dit_tensor_specs(arch), [&](const std::string& name) { return layer_shard_name(name, arch.num_layers); },
+      [&](const DitTensorSpec& s) { return random_dit_tensor(s, 7, true); }, true);
+  std::printf("bench load: wrote %s\n", pdir.c_str());
+  std::fflush(stdout);
 }
 
 nlohmann::json bench_load(const std::string& model, const DitArch& arch, Backend& be, int reps) {
