@@ -56,11 +56,9 @@ nlohmann::json bench_decode(const DecodeBenchArgs& a, Backend& be) {
   const std::string tv_dir = a.dir + "/turbo_vae", sao_dir = a.dir + "/stable-audio-open-1.0";
   std::error_code ec;
   if (!fs::exists(fs::path(tv_dir) / kTurboVaeCheckpointName, ec)) {
-    TurboVaeConfig c = tiny_turbo_vae_config();
-    c.decoder_block_out_channels = {64, 128, 256, 512};  // spec §6.1
-    write_tiny_turbo_vae(tv_dir, 1, c);
+    write_tiny_turbo_vae(tv_dir, 1, release_turbo_vae_config());
   }
-  if (!fs::exists(fs::path(sao_dir) / "model.safetensors", ec)) write_tiny_sao_vae(sao_dir, 2, 128);
+  if (!fs::exists(fs::path(sao_dir) / "model.safetensors", ec)) write_tiny_sao_vae(sao_dir, 2, kReleaseSaoChannels);
 
   nlohmann::json j;
   const TurboVaeDecoder video = TurboVaeDecoder::load(tv_dir, be);

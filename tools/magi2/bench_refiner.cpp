@@ -24,19 +24,6 @@ namespace {
 
 using clock_t_ = bench_clock;
 
-// The first L layers of the release refiner, mm layers kept at both ends (as 0, 1, 28, 29 of 30).
-RefinerArch cut_refiner(RefinerArch a, int layers) {
-  if (layers <= 0 || layers >= a.num_layers) return a;
-  a.num_layers = layers;
-  a.mm_layers.clear();
-  for (int l : {0, 1, layers - 2, layers - 1})
-    if (l >= 0 && l < layers && (a.mm_layers.empty() || a.mm_layers.back() < l)) a.mm_layers.push_back(l);
-  a.local_attn_layers.clear();
-  for (int l = 0; l < layers; ++l) a.local_attn_layers.push_back(l);
-  a.validate("bench --stage refiner (cut to --layers)");
-  return a;
-}
-
 // Random weights: matrices N-ish(0, 1/sqrt(fan_in)) drawn on the device, norm
 // gains 0 (gain 1 + w = 1), biases 0, the RoPE bands the official inverse frequencies.
 RefinerWeights random_refiner(const RefinerArch& arch, Backend& be, uint64_t* made_bytes) {
@@ -69,7 +56,7 @@ RefinerWeights random_refiner(const RefinerArch& arch, Backend& be, uint64_t* ma
 nlohmann::json bench_refiner(const RefinerBenchArgs& a, Backend& be) {
   MAGI2_CHECK(a.text_len >= 1 && a.text_len <= 100000, "--text-cond must be in [1, 100000], got ", a.text_len);
   const RefinerConfig cfg = RefinerConfig::release();
-  const RefinerArch arch = cut_refiner(cfg.arch, a.layers);
+  const RefinerArch arch = cfg.arch.first_layers(a.layers, "bench --stage refiner (cut to --layers)");
   MAGI2_CHECK(a.width_px >= 16 && a.height_px >= 16 && a.frames >= 1 && a.width_px % 16 == 0 &&
                   a.height_px % 16 == 0 && a.width_px <= 8192 && a.height_px <= 8192 && a.frames <= 1024,
               "--refiner-size must be WxHxT with W, H multiples of 16 in 16..8192 and T in 1..1024, got ", a.width_px,

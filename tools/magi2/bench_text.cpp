@@ -18,29 +18,6 @@
 namespace magi2::cli {
 namespace {
 
-// Qwen3.5-27B's text tower (spec magi2-pipeline.md §2.1; the public config):
-// 64 layers, every 4th gated full attention.
-qwen35::TextConfig release_text_config() {
-  qwen35::TextConfig c;
-  c.hidden_size = 5120;
-  c.num_hidden_layers = 64;
-  c.intermediate_size = 17408;
-  c.vocab_size = 248320;
-  c.num_attention_heads = 24;
-  c.num_key_value_heads = 4;
-  c.head_dim = 256;
-  c.rope_theta = 1e7;
-  c.partial_rotary_factor = 0.25;
-  c.linear_num_key_heads = 16;
-  c.linear_num_value_heads = 48;
-  c.linear_key_head_dim = 128;
-  c.linear_value_head_dim = 128;
-  c.linear_conv_kernel_dim = 4;
-  for (int l = 0; l < c.num_hidden_layers; ++l) c.full_attention.push_back(l % 4 == 3);
-  c.source = "built-in Qwen3.5-27B text config (bench)";
-  return c;
-}
-
 // FLOP of one forward over `layers` layers and `n` tokens (2 per multiply-add).
 std::map<std::string, double> forward_flop(const qwen35::TextConfig& c, int layers, double n) {
   const double d = c.hidden_size, kd = c.key_dim(), vd = c.value_dim(), hv = c.linear_num_value_heads;
@@ -66,7 +43,7 @@ nlohmann::json bench_text(const TextBenchArgs& a, Backend& be) {
   MAGI2_CHECK(be.device() == Device::CUDA,
               "bench --stage text needs the CUDA backend (a GPU and --device auto|cuda): at the release widths the CPU "
               "backend takes minutes per forward");
-  const qwen35::TextConfig cfg = release_text_config();
+  const qwen35::TextConfig cfg = qwen35::TextConfig::qwen35_27b();
   const int feature_layers = cfg.num_hidden_layers - qwen35::kOfficialSkipLayer;  // 62: hidden_states[-3]
   MAGI2_CHECK(a.layers >= 0 && a.layers <= feature_layers, "--layers must be in [0, ", feature_layers, "], got ",
               a.layers);

@@ -49,6 +49,19 @@ void RefinerArch::validate(const std::string& src) const {
   MAGI2_CHECK(enable_attn_gating, w, "enable_attn_gating: false is not supported");
 }
 
+RefinerArch RefinerArch::first_layers(int layers, const std::string& source) const {
+  RefinerArch a = *this;
+  if (layers <= 0 || layers >= a.num_layers) return a;
+  a.num_layers = layers;
+  a.mm_layers.clear();
+  for (int l : {0, 1, layers - 2, layers - 1})
+    if (l >= 0 && l < layers && (a.mm_layers.empty() || a.mm_layers.back() < l)) a.mm_layers.push_back(l);
+  a.local_attn_layers.clear();
+  for (int l = 0; l < layers; ++l) a.local_attn_layers.push_back(l);
+  a.validate(source);
+  return a;
+}
+
 RefinerConfig RefinerConfig::release() { return RefinerConfig{}; }
 
 RefinerConfig RefinerConfig::from_json_text(const std::string& text, const std::string& src) {

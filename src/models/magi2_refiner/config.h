@@ -34,6 +34,13 @@ struct RefinerArch {
   bool is_local_attn_layer(int layer) const;
   /// Errors name `source` and the key: sizes, heads, layer lists, dtype, activation.
   void validate(const std::string& source) const;
+
+  /// The first `layers` layers of this arch (0 or >= num_layers: unchanged),
+  /// mm layers kept at both ends as the release's 0, 1, 28, 29 of 30, every
+  /// layer window attention: `magi2 bench --stage refiner --layers` and
+  /// `magi2 make-random --refiner-layers`. Error (validate, naming `source`)
+  /// when the result is inconsistent.
+  RefinerArch first_layers(int layers, const std::string& source) const;
 };
 
 /// The block-window attention of the data proxy (attn_config, mode "window",

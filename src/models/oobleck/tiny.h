@@ -22,6 +22,9 @@ namespace magi2 {
 /// latent_dim 128, and base width `channels` (release: 128). Never throws.
 std::string tiny_sao_vae_config_json(int64_t channels = 4);
 
+/// The base width of the release Stable Audio Open VAE (stable-audio-open-1.0).
+constexpr int64_t kReleaseSaoChannels = 128;
+
 /// Every tensor write_tiny_sao_vae(dir, seed, channels) stores, in file order
 /// (all fp32): sao_vae_tensor_specs of the tiny config, then
 /// "model.placeholder_not_vae" [4]. For size accounting (make-tiny). Never throws.

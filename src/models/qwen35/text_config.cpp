@@ -117,4 +117,26 @@ TextConfig TextConfig::from_json_text(std::string_view text, const std::string& 
 
 TextConfig TextConfig::from_file(const std::string& path) { return from_json_text(read_text_file(path), path); }
 
+TextConfig TextConfig::qwen35_27b(int layers) {
+  TextConfig c;
+  c.hidden_size = 5120;
+  c.num_hidden_layers = layers;
+  c.intermediate_size = 17408;
+  c.vocab_size = 248320;
+  c.num_attention_heads = 24;
+  c.num_key_value_heads = 4;
+  c.head_dim = 256;
+  c.rope_theta = 1e7;
+  c.partial_rotary_factor = 0.25;
+  c.mrope_section = {11, 11, 10};
+  c.linear_num_key_heads = 16;
+  c.linear_num_value_heads = 48;
+  c.linear_key_head_dim = 128;
+  c.linear_value_head_dim = 128;
+  c.linear_conv_kernel_dim = 4;
+  for (int l = 0; l < layers; ++l) c.full_attention.push_back(l % 4 == 3);
+  c.source = "built-in Qwen3.5-27B text config";
+  return c;
+}
+
 }  // namespace magi2::qwen35

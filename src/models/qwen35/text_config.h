@@ -45,6 +45,12 @@ struct TextConfig {
   static TextConfig from_json_text(std::string_view text, const std::string& source);
   /// from_json_text on the file's contents; Error naming the file if unreadable.
   static TextConfig from_file(const std::string& path);
+  /// Qwen3.5-27B's text tower (spec magi2-pipeline.md §2.1; the public
+  /// config): hidden 5120, MLP 17408, vocab 248320, gated attention 24/4
+  /// heads x 256, DeltaNet 16/48 heads x 128, conv 4, theta 1e7, partial
+  /// rotary 0.25; `layers` layers (the release: 64), every 4th (3, 7, ...)
+  /// full attention. `source` names it for messages. Never throws.
+  static TextConfig qwen35_27b(int layers = 64);
 
   int key_dim() const { return linear_num_key_heads * linear_key_head_dim; }
   int value_dim() const { return linear_num_value_heads * linear_value_head_dim; }

@@ -17,6 +17,10 @@ namespace magi2 {
 /// first_chunk_size = step_size = 7, every block type of the release.
 TurboVaeConfig tiny_turbo_vae_config();
 
+/// The release configuration (TurboV3-Wan22-TinyShallow_7_7.json): the tiny
+/// one at the release widths decoder_block_out_channels (64, 128, 256, 512).
+TurboVaeConfig release_turbo_vae_config();
+
 /// Writes `turbo_vae_dir`/TurboV3-Wan22-TinyShallow_7_7.json (the config in
 /// the official JSON layout) and `turbo_vae_dir`/checkpoint.ckpt (torch.save
 /// zip: {"ema_state_dict": {"module." + name: fp32 tensor}} for every name of

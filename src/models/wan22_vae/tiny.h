@@ -25,6 +25,14 @@ struct Wan22VaeLayout {
   std::vector<bool> temporal_downsample = {false, true, true};
 };
 
+/// The release Wan2.2_VAE.pth layout: dim 160, dec_dim 256, the rest as the tiny one.
+inline Wan22VaeLayout release_wan22_vae_layout() {
+  Wan22VaeLayout l;
+  l.dim = 160;
+  l.dec_dim = 256;
+  return l;
+}
+
 /// Every tensor of the official state dict for `layout`, as (name, shape), in
 /// the official order (module registration order: encoder.*, conv1.*,
 /// conv2.*, decoder.*). All fp32 in the file.
