@@ -38,6 +38,7 @@ Command make_command(std::function<CLI::App*(CLI::App&, Args&)> add, Run run, Ar
 Command inspect_command();
 Command forward_command();
 Command make_tiny_command();
+Command make_random_command();
 Command generate_command();
 Command refine_command();  ///< `magi2 refine --latents FILE`: the 1080p refiner on saved preview latents
 Command encode_text_command();
