@@ -45,10 +45,10 @@ df -h "$(dirname "$model")" | tail -1
 rm -rf "$model"
 fp8=()
 [ "${MAGI2_RANDOM_FP8_EXPERTS:-0}" = 1 ] && fp8=(--fp8-experts)
-t0=$(date +%s.%N)
+t0=$(date +%s%N)
 m2 make-random "$model" --layers "$layers" --text-layers "$text_layers" "${fp8[@]}" 2>&1 | tee "$out/make_random.log"
-t1=$(date +%s.%N)
-echo "device_generate: make-random took $(echo "$t1 - $t0" | bc) s; folder $(du -sh "$model" | cut -f1)"
+t1=$(date +%s%N)
+echo "device_generate: make-random took $(( (t1 - t0) / 1000000 )) ms; folder $(du -sh "$model" | cut -f1)"
 
 # 2. MP4 when the binary has FFmpeg, else frames + WAV (generate refuses -o .mp4 up front without it).
 common=(generate --device cuda --model "$model" --prompt "$prompt" --resolution "$res" --seconds "$seconds"
