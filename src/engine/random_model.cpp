@@ -25,52 +25,53 @@ namespace {
 
 constexpr int kReleaseLayers = 40, kReleaseTextLayers = 64, kReleaseRefinerLayers = 30;
 
-// arch_config in the official key order (configs/magi2_preview.json).
-ojson dit_arch_json(const DitArch& a) {
+// The keys both transformers' arch configs begin with (config_json::get_backbone_fields reads them).
+template <typename Arch>
+ojson backbone_json(const Arch& a) {
   return {{"num_layers", a.num_layers},
           {"hidden_size", a.hidden_size},
           {"head_dim", a.head_dim},
           {"num_query_groups", a.num_query_groups},
           {"video_in_channels", a.video_in_channels},
           {"audio_in_channels", a.audio_in_channels},
-          {"text_in_channels", a.text_in_channels},
-          {"params_dtype", a.params_dtype},
-          {"intermediate_factor", a.intermediate_factor},
-          {"mm_layers", a.mm_layers},
-          {"activation_type", a.activation_type},
-          {"attn_softcap", a.attn_softcap},
-          {"attn_gating", {{"enable", a.attn_gating}}},
-          {"attn_sinks", {{"enable", a.attn_sinks}, {"sink_token_num", a.sink_token_num}}},
-          {"mhc_config", {{"enable", a.mhc_enable}, {"num_stream", a.mhc_num_stream}, {"alpha_init", a.mhc_alpha_init}}},
-          {"moe_config",
-           {{"num_experts", a.moe_num_experts},
-            {"top_k", a.moe_top_k},
-            {"score_func", a.moe_score_func},
-            {"route_norm", a.moe_route_norm},
-            {"route_scale", a.moe_route_scale},
-            {"moe_layers", a.moe_layers},
-            {"expert_intermediate_size", a.moe_expert_intermediate_size},
-            {"shared_expert_intermediate_size", a.moe_shared_expert_intermediate_size},
-            {"modality_specific_expert_intermediate_size", a.moe_modality_specific_expert_intermediate_size},
-            {"num_heads", a.moe_num_heads}}}};
+          {"text_in_channels", a.text_in_channels}};
+}
+
+// arch_config in the official key order (configs/magi2_preview.json).
+ojson dit_arch_json(const DitArch& a) {
+  ojson j = backbone_json(a);
+  j["params_dtype"] = a.params_dtype;
+  j["intermediate_factor"] = a.intermediate_factor;
+  j["mm_layers"] = a.mm_layers;
+  j["activation_type"] = a.activation_type;
+  j["attn_softcap"] = a.attn_softcap;
+  j["attn_gating"] = {{"enable", a.attn_gating}};
+  j["attn_sinks"] = {{"enable", a.attn_sinks}, {"sink_token_num", a.sink_token_num}};
+  j["mhc_config"] = {{"enable", a.mhc_enable}, {"num_stream", a.mhc_num_stream}, {"alpha_init", a.mhc_alpha_init}};
+  j["moe_config"] = {{"num_experts", a.moe_num_experts},
+                     {"top_k", a.moe_top_k},
+                     {"score_func", a.moe_score_func},
+                     {"route_norm", a.moe_route_norm},
+                     {"route_scale", a.moe_route_scale},
+                     {"moe_layers", a.moe_layers},
+                     {"expert_intermediate_size", a.moe_expert_intermediate_size},
+                     {"shared_expert_intermediate_size", a.moe_shared_expert_intermediate_size},
+                     {"modality_specific_expert_intermediate_size", a.moe_modality_specific_expert_intermediate_size},
+                     {"num_heads", a.moe_num_heads}};
+  return j;
 }
 
 // magi2_refiner_arch_config (configs/magi2_refiner.json).
 ojson refiner_arch_json(const RefinerArch& a) {
-  return {{"num_layers", a.num_layers},
-          {"hidden_size", a.hidden_size},
-          {"head_dim", a.head_dim},
-          {"num_query_groups", a.num_query_groups},
-          {"video_in_channels", a.video_in_channels},
-          {"audio_in_channels", a.audio_in_channels},
-          {"text_in_channels", a.text_in_channels},
-          {"checkpoint_qk_layernorm_rope", false},
-          {"params_dtype", a.params_dtype},
-          {"mm_layers", a.mm_layers},
-          {"local_attn_layers", a.local_attn_layers},
-          {"enable_attn_gating", a.enable_attn_gating},
-          {"post_norm_layers", ojson::array()},
-          {"activation_type", a.activation_type}};
+  ojson j = backbone_json(a);
+  j["checkpoint_qk_layernorm_rope"] = false;
+  j["params_dtype"] = a.params_dtype;
+  j["mm_layers"] = a.mm_layers;
+  j["local_attn_layers"] = a.local_attn_layers;
+  j["enable_attn_gating"] = a.enable_attn_gating;
+  j["post_norm_layers"] = ojson::array();
+  j["activation_type"] = a.activation_type;
+  return j;
 }
 
 // The DiT's tensors, made one at a time. FP8: each bank is drawn in bf16 by

@@ -92,9 +92,11 @@ struct RandomModelSummary {
 ///   dir/refiner/ (shards + index, only with layout.refiner_layers > 0)
 /// Values: element i of a tensor depends on (seed, name, i) alone (the tiny
 /// recipes), generated on every core; each safetensors tensor is made, written
-/// and dropped before the next (peak memory: the largest tensor, ~2 GB for a
-/// bf16 expert bank; the TurboVAE, Oobleck and Wan2.2 files, ~3.5 GB together,
-/// are built in memory). `log` (optional) gets one line per finished part.
+/// and dropped before the next (the largest, a bf16 expert bank, is ~2 GB);
+/// the TurboVAE, Oobleck and Wan2.2 files are built in memory one at a time
+/// (the 2.8 GB Wan2.2 .pth sets the peak: ~8.5 GB RSS, measured with N = 1).
+/// Time: ~40 s for N = 2, M = 4 on 16 cores (docs/perf.md), ~5 min on 2.
+/// `log` (optional) gets one line per finished part.
 /// Atomic as make_tiny_model (a temporary sibling folder renamed at the end;
 /// files are not fsynced one by one). Errors (one line naming the path): `dir`
 /// exists and is not empty, a file cannot be written (e.g. the disk is full:
