@@ -49,7 +49,8 @@ typedef struct {
      "w8a8" (e4m3 activations in 1x128 groups); the CLI's --fp8-compute. */
   const char* fp8_compute;
   /* Where the codecs run (TurboVAE, Stable Audio Open, the Wan2.2 image
-     encoder): "cpu" (default, the reference backend) or "auto" (the `device`
+     encoder): "auto" (default, the `device` backend; on a GPU loaded after the
+     DiT is freed when they do not fit beside it) or "cpu" (the reference
      backend); the CLI's --decoder-device. */
   const char* decoder_device;
   /* Where the DiT's weights live: "none" (default, all on the device) or

@@ -97,43 +97,115 @@ struct Engine::State {
   std::optional<ClipDecoders> decoders;
   std::unique_ptr<Wan22EncoderWeights> wan_w;
   std::unique_ptr<Wan22Encoder> wan;
-  // The 1080p refiner: on the CPU backend (EngineOptions::refiner_device "cpu",
-  // the default) or the DiT's (CUDA when the DiT runs there) with "auto".
+  // The 1080p refiner (EngineOptions::refiner_device: "auto", the DiT's
+  // backend, or "cpu"): bound to the mmap'd checkpoint in prepare (names,
+  // shapes and dtypes checked: a bad checkpoint costs no step), uploaded and
+  // made when the refine phase comes, freed when a phase of the plan does not
+  // list it (the binding stays, so a reload reads no header again).
   struct RefinerModel {
     RefinerConfig config;
     Checkpoint ckpt;
-    RefinerWeights weights;
+    RefinerWeights host;    // views of ckpt
+    RefinerWeights device;  // on a GPU backend: the uploaded copy
     std::unique_ptr<Refiner> model;
   };
   std::unique_ptr<RefinerModel> refiner;
   double refiner_load_ms = 0;
+  bool decoders_checked = false;  // ClipDecoders::load succeeded once (on some backend)
 
   // The TurboVAE / Stable Audio Open decoders' and the Wan2.2 encoder's backend
   // (EngineOptions::decoder_device): the CPU reference, or the DiT's with "auto".
   Backend& codec_backend() { return config.decoder_device == "cpu" ? *be : *dit_be; }
+  Backend& refiner_backend() { return config.refiner_device == "cpu" ? *be : *dit_be; }
 
-  void load_refiner() {
+  void bind_refiner() {
     if (refiner) return;
-    const auto t = Clock::now();
     auto r = std::make_unique<RefinerModel>();
     r->config = refiner_config_for_model(model.root, config.config);
     r->ckpt = Checkpoint::open(find_refiner_dir(model.root));
-    r->weights = RefinerWeights::bind(r->ckpt, r->config.arch);
+    r->host = RefinerWeights::bind(r->ckpt, r->config.arch);
     MAGI2_CHECK(r->config.arch.text_in_channels == model.config.arch.text_in_channels, "refiner config ",
                 r->config.source, ": text_in_channels ", r->config.arch.text_in_channels, " differs from the DiT's ",
                 model.config.arch.text_in_channels);
-    MAGI2_CHECK(config.refiner_device == "auto" || config.refiner_device == "cpu",
-                "--refiner-device must be auto or cpu, got '", config.refiner_device, "'");
-    Backend& rbe = config.refiner_device == "cpu" ? *be : *dit_be;
+    refiner = std::move(r);
+  }
+
+  void load_refiner() {
+    bind_refiner();
+    if (refiner->model) return;
+    const auto t = Clock::now();
+    Backend& rbe = refiner_backend();
+    RefinerModel& r = *refiner;
     if (rbe.device() != Device::CPU) {
       std::function<void(size_t, size_t)> progress;
       if (on_load) progress = [this](size_t done, size_t total) { on_load("refiner", done, total); };
-      r->weights = r->weights.to_backend(r->config.arch, rbe, progress);
-      r->ckpt = Checkpoint();  // the device copy is all the refiner reads from now on
+      r.device = r.host.to_backend(r.config.arch, rbe, progress);
     }
-    r->model = std::make_unique<Refiner>(r->config.arch, r->weights, rbe);
-    refiner = std::move(r);
-    refiner_load_ms = ms_since(t);
+    r.model = std::make_unique<Refiner>(r.config.arch, rbe.device() != Device::CPU ? r.device : r.host, rbe);
+    refiner_load_ms += ms_since(t);
+    note("refiner", true, planner->refiner_weights(), ms_since(t));
+  }
+
+  void free_refiner() {
+    if (!refiner || !refiner->model) return;
+    const auto t = Clock::now();
+    refiner->model.reset();
+    refiner->device = RefinerWeights();
+    note("refiner", false, planner->refiner_weights(), ms_since(t));
+  }
+
+  void load_decoders(const MemoryPlan& m, double* ms) {
+    if (decoders) return;
+    const auto t = Clock::now();
+    decoders.emplace(ClipDecoders::load(model.root, codec_backend()));
+    decoders_checked = true;
+    *ms += ms_since(t);
+    note("decoders", true, codec_weights(m), ms_since(t));
+  }
+
+  void free_decoders(const MemoryPlan& m) {
+    if (!decoders) return;
+    const auto t = Clock::now();
+    decoders.reset();
+    note("decoders", false, codec_weights(m), ms_since(t));
+  }
+
+  static uint64_t codec_weights(const MemoryPlan& m) {
+    const StageMemory* tv = m.stage("turbovae_decode");
+    const StageMemory* au = m.stage("oobleck_decode");
+    return (tv ? tv->weights : 0) + (au ? au->weights : 0);
+  }
+
+  void load_wan(const MemoryPlan& m) {
+    if (wan) return;
+    const auto t = Clock::now();
+    wan = std::make_unique<Wan22Encoder>(*wan_w, codec_backend());
+    const StageMemory* w = m.stage("wan22_encode");
+    note("wan22_encoder", true, w ? w->weights : 0, ms_since(t));
+  }
+
+  void free_wan(const MemoryPlan& m) {
+    if (!wan) return;
+    const auto t = Clock::now();
+    wan.reset();  // the host weights (wan_w) stay: a reload reads no file
+    const StageMemory* w = m.stage("wan22_encode");
+    note("wan22_encoder", false, w ? w->weights : 0, ms_since(t));
+  }
+
+  // Entering `phase` of plan `m`: frees every loaded stage the phase does not
+  // list (MemoryPlan::Phase::resident). A stage the request does not use at
+  // all (a refiner kept from an earlier 1080p request) is kept unless the plan
+  // parts stages, as its bytes are then not counted. The text encoder follows
+  // Residency (prepare, run).
+  void follow(const MemoryPlan& m, const char* phase) {
+    const MemoryPlan::Phase* ph = m.phase(phase);
+    if (!ph) return;
+    const bool parted = m.residency == Residency::Sequential || m.refiner_swaps_dit || m.codecs_alone;
+    auto gone = [&](const char* stage) { return !ph->holds(stage) && (m.stage(stage) || parted); };
+    if (gone("dit")) free_dit();
+    if (gone("refiner")) free_refiner();
+    if (gone("turbovae_decode")) free_decoders(m);
+    if (gone("wan22_encode")) free_wan(m);
   }
 
   // Memory: the planner checks every request against the budget; residency
@@ -145,11 +217,12 @@ struct Engine::State {
   std::vector<ResidencyEvent> log;
   LoadProgress on_load;
 
-  void note(const char* stage, bool loaded, uint64_t bytes) { log.push_back({stage, loaded, bytes}); }
+  void note(const char* stage, bool loaded, uint64_t bytes, double ms) { log.push_back({stage, loaded, bytes, ms}); }
 
   // Binds the DiT checkpoint (zero-copy views) and, on a GPU, uploads it once.
   void load_dit() {
     if (dit) return;
+    const auto t = Clock::now();
     if (!model.weights.layers.size()) {
       model.ckpt = Checkpoint::open(model.transformer_dir);
       model.weights = bind_dit(model.ckpt, model.config, expert_weights_from_name(config.weights, "--weights"));
@@ -174,23 +247,25 @@ struct Engine::State {
       model.weights = DitWeights(), model.ckpt = Checkpoint();
       dit = std::make_unique<Dit>(model.config.arch, dit_weights, *dit_be);
     }
-    note("dit", true, planner->dit_weights());
+    note("dit", true, planner->dit_weights(), ms_since(t));
   }
 
   void free_dit() {
     if (!dit) return;
+    const auto t = Clock::now();
     dit.reset();
     offload.reset();
     dit_weights = DitWeights();
     model.weights = DitWeights();
     model.ckpt = Checkpoint();
-    note("dit", false, planner->dit_weights());
+    note("dit", false, planner->dit_weights(), ms_since(t));
   }
 
   void free_text_encoder() {
     if (!enc) return;
+    const auto t = Clock::now();
     enc.reset();
-    note("text_encoder", false, planner->text_encoder_weights());
+    note("text_encoder", false, planner->text_encoder_weights(), ms_since(t));
   }
 
   // OpenMP's thread count is per calling thread, and the CPU backend sets it
@@ -210,7 +285,7 @@ struct Engine::State {
                 "' gives features of width ", enc->config().hidden_size,
                 " but the DiT takes text_in_channels = ", model.config.arch.text_in_channels);
     text_ms += ms_since(t);
-    note("text_encoder", true, planner->text_encoder_weights());
+    note("text_encoder", true, planner->text_encoder_weights(), ms_since(t));
   }
 
   // Unconditional branch (official get_null_feature): the negative prompt's
@@ -308,20 +383,26 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
   MAGI2_CHECK(r.memory_plan.fits, r.memory_plan.advice);
   if (r.memory_plan.residency == Residency::Sequential) s.residency = Residency::Sequential;  // from now on
   const bool encode = p.text_features.empty();
+  r.residency_log_begin = s.log.size();
   if (encode) {
+    if (!s.enc) s.follow(r.memory_plan, "encode");
     s.load_text_encoder();
     r.uncond = s.uncond_for(p.negative_prompt, p.truncate);
   }
-  // The refiner and the decoders are loaded before the first step, so a bad
-  // checkpoint costs no denoising time.
-  if (p.refines()) s.load_refiner();
-  if (p.decodes() && !s.decoders) {
+  // The refiner and the decoders are checked before the first step, so a bad
+  // checkpoint costs no denoising time: the refiner bound to its mmap'd
+  // checkpoint (uploaded in its phase); the decoders loaded beside the DiT
+  // when the plan holds them there, else loaded once on the CPU to check them
+  // (and loaded on their backend in the decode phase).
+  if (p.refines()) s.bind_refiner();
+  const MemoryPlan::Phase* denoise = r.memory_plan.phase("denoise");
+  if (p.decodes() && (!denoise || denoise->holds("turbovae_decode"))) {
+    s.load_decoders(r.memory_plan, &r.decoder_load_ms);
+  } else if (p.decodes() && !s.decoders_checked) {
     const auto t = Clock::now();
-    s.decoders.emplace(ClipDecoders::load(s.model.root, s.codec_backend()));
-    r.decoder_load_ms = ms_since(t);
-    const StageMemory* tv = r.memory_plan.stage("turbovae_decode");
-    const StageMemory* au = r.memory_plan.stage("oobleck_decode");
-    s.note("decoders", true, (tv ? tv->weights : 0) + (au ? au->weights : 0));
+    ClipDecoders::load(s.model.root, *s.be);
+    s.decoders_checked = true;
+    r.decoder_load_ms += ms_since(t);
   }
   const auto t_p = Clock::now();
   if (encode) {
@@ -340,12 +421,8 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
     if (i2v) r.special_token = tf->tensor("special_token");
   }
   r.prompt_ms = ms_since(t_p);
-  if (i2v && !s.wan) {
-    s.wan_w = std::make_unique<Wan22EncoderWeights>(Wan22EncoderWeights::load(wan_pth));
-    s.wan = std::make_unique<Wan22Encoder>(*s.wan_w, s.codec_backend());
-    const StageMemory* w = r.memory_plan.stage("wan22_encode");
-    s.note("wan22_encoder", true, w ? w->weights : 0);
-  }
+  // The Wan2.2 encoder's weights are read (and checked) here, made on their backend in the image phase.
+  if (i2v && !s.wan_w) s.wan_w = std::make_unique<Wan22EncoderWeights>(Wan22EncoderWeights::load(wan_pth));
   return r;
 }
 
@@ -361,19 +438,29 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
   s.first_run = false;
   // Sequential residency: the text encoder goes before the DiT comes.
   if (s.residency == Residency::Sequential) s.free_text_encoder();
-  s.load_dit();
+  const MemoryPlan& plan = r.memory_plan;
+  const size_t log_begin = s.log.size();
+  double dit_load_ms = 0, decoder_load_ms = r.decoder_load_ms;
   GenerateRequest req;
   req.latent = r.latent;
   req.text_cond = r.cond;
   req.text_uncond = r.uncond;
   double image_ms = 0;
   if (!p.image.empty()) {
-    MAGI2_CHECK(s.wan, "request '", p.label, "' was not prepared for a reference image");
+    MAGI2_CHECK(s.wan_w, "request '", p.label, "' was not prepared for a reference image");
+    s.follow(plan, "image");
+    s.load_wan(plan);
     const auto t_img = Clock::now();
     // The official engine encodes at the latent grid times 16 (spec pipeline §1.3).
     req.ref_image_latent = encode_reference_image(p.image, req.latent.width * 16, req.latent.height * 16, *s.wan);
     req.ref_special_token = r.special_token;
     image_ms = ms_since(t_img);
+  }
+  s.follow(plan, "denoise");
+  if (!s.dit) {
+    const auto t_dit = Clock::now();
+    s.load_dit();
+    dit_load_ms = ms_since(t_dit);
   }
   req.num_steps = p.steps == -1 ? cfg.eval.num_inference_steps : p.steps;
   req.shift = cfg.eval.shift;
@@ -464,6 +551,8 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
   RefineResult rf;
   if (p.refines()) {
     MAGI2_CHECK(s.refiner, "request '", p.label, "' was not prepared for the refiner");
+    s.follow(plan, "refine");
+    s.load_refiner();
     const auto t_ref = Clock::now();
     RefineRequest rr;
     rr.preview_latent = g.latent;
@@ -495,7 +584,9 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
   DecodeTimes dt;
   double out_ms = 0;
   if (p.decodes()) {
-    MAGI2_CHECK(s.decoders, "request '", p.label, "' was not prepared for decoding");
+    MAGI2_CHECK(s.decoders || s.decoders_checked, "request '", p.label, "' was not prepared for decoding");
+    s.follow(plan, "decode");
+    s.load_decoders(plan, &decoder_load_ms);
     Clip clip = s.decoders->decode(g.latent, g.audio_latent, &dt);
     if (p.refines()) clip.fps *= 2;  // the refiner's latent runs on the 25 fps timeline
     const auto t_out = Clock::now();
@@ -527,7 +618,8 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
                           {"denoise", o.denoise_ms},
                           {"refiner_load", s.refiner_load_ms},
                           {"refine", o.refine_ms},
-                          {"decoder_load", r.decoder_load_ms},
+                          {"dit_reload", dit_load_ms},
+                          {"decoder_load", decoder_load_ms},
                           {"decode_video", dt.video_ms},
                           {"decode_audio", dt.audio_ms},
                           {"outputs", out_ms},
@@ -550,6 +642,12 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
       off["pinned_host_bytes"] = s.offload->pinned_bytes();
     }
     m["offload"] = off;
+    // The stage loads and releases of this request (prepare and run), in order.
+    nlohmann::json events = nlohmann::json::array();
+    for (size_t i = std::min(r.residency_log_begin, log_begin); i < s.log.size(); ++i)
+      events.push_back({{"stage", s.log[i].stage}, {"loaded", s.log[i].loaded}, {"bytes", s.log[i].bytes},
+                        {"ms", s.log[i].ms}});
+    m["residency_events"] = events;
     if (o.decoded) m["outputs"] = o.report.to_json(p.outputs);
     m["prompt_enhancement"] = r.enhancement ? pe::metrics_json(s.config.prompt_enhancement, pe_request_of(s.config, r),
                                                                *r.enhancement)

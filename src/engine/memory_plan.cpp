@@ -17,6 +17,7 @@
 #include "models/magi2_dit/offload.h"
 #include "models/magi2_dit/weights.h"
 #include "models/magi2_dit/workspace.h"
+#include "models/magi2_refiner/weights.h"
 #include "models/oobleck/config.h"
 #include "models/oobleck/weights.h"
 #include "models/qwen35/prompt.h"
@@ -95,6 +96,20 @@ uint64_t text_activations(const qwen35::TextConfig& c, int64_t len) {
   return 3 * e * l * d + std::max({lin, full, mlp});
 }
 
+// The buffers of one refiner forward of n tokens (RefinerWorkspace in
+// src/models/magi2_refiner/refiner.cpp, one per layout: the second branch's
+// layout replaces the first's, and the caching allocator hands a block it
+// cannot reuse back to the driver when a cudaMalloc fails).
+uint64_t refiner_activations(const RefinerArch& a, int64_t tokens, int64_t c_pad) {
+  const uint64_t n = static_cast<uint64_t>(tokens), d = a.hidden_size, hd = a.head_dim, hq = a.num_heads_q();
+  const uint64_t hk = a.num_heads_kv(), im = a.intermediate(), c = static_cast<uint64_t>(c_pad);
+  const uint64_t f32 = c + 9 + 6 * static_cast<uint64_t>(a.rope_bands()) + d + hq * hd + hk * hd + d + 64 + 64 +
+                       (hq * hd == d ? 0 : d);  // x_p coords rope state qf kf branch_f out_p out [fin]
+  const uint64_t bf16 = d + d + (hq + 2 * hk) * hd + hq + hq * hd + hk * hd + hk * hd + hq * hd + hq * hd + d +
+                        2 * im + im;  // state_bf xn qkv g q k v o o_p branch u z
+  return n * (4 * f32 + 2 * bf16 + 2 * 4);  // + the perm / inv i32 rows
+}
+
 std::string pct(uint64_t part, uint64_t whole) {
   char b[32];
   std::snprintf(b, sizeof b, "%.0f%%", whole ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0);
@@ -152,6 +167,30 @@ uint64_t default_memory_budget(const std::string& backend, std::string* source) 
   return static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
 }
 
+const MemoryPlan::Phase* MemoryPlan::phase(const std::string& name) const {
+  for (const Phase& p : phases)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+bool MemoryPlan::Phase::holds(const std::string& stage) const {
+  for (const std::string& r : resident)
+    if (r == stage || r == stage + " (weights)") return true;
+  return false;
+}
+
+std::string MemoryPlan::residency_summary() const {
+  std::string out = residency == Residency::Together
+                        ? "every loaded stage stays resident"
+                        : "sequential: the text encoder is freed before the DiT loads (both do not fit together)";
+  if (refiner_swaps_dit)
+    out += "; the DiT is freed before the refiner uploads and reloaded for the next sample (both do not fit together)";
+  if (codecs_alone)
+    out += "; the codecs upload for their phase after the DiT and the refiner are freed (they do not fit beside them)";
+  if (!refiner_swaps_dit && !codecs_alone) out += "; the DiT stays loaded across samples";
+  return out;
+}
+
 const StageMemory* MemoryPlan::stage(const std::string& name) const {
   for (const StageMemory& s : stages)
     if (s.name == name) return &s;
@@ -181,9 +220,22 @@ struct MemoryPlanner::State {
   uint64_t sao_weights = 0;
   uint64_t wan_weights = 0, wan_first_width = 0;
 
+  // the 1080p refiner (read for the first 1080p request)
+  RefinerConfig rf_cfg;
+  uint64_t rf_weights = 0;
+
   // Components are read on first need, so a request that does not use one
   // never trips over it (and its loader reports a broken one, as without a plan).
-  bool te_read = false, decoders_read = false, wan_read = false;
+  bool te_read = false, decoders_read = false, wan_read = false, rf_read = false;
+
+  void read_refiner() {
+    if (rf_read) return;
+    rf_cfg = refiner_config_for_model(root, opt.config);
+    Checkpoint::open(find_refiner_dir(root));  // headers only: a missing folder or a bad header fails here
+    for (const auto& [name, spec] : RefinerWeights::specs(rf_cfg.arch))
+      rf_weights += numel_of(spec.first) * dtype_size(spec.second);  // RefinerWeights::bind casts to these
+    rf_read = true;
+  }
 
   void read_text_encoder() {
     if (te_read || !te) return;
@@ -284,6 +336,10 @@ uint64_t MemoryPlanner::text_encoder_weights() {
   return s_->te ? s_->te_weights : 0;
 }
 uint64_t MemoryPlanner::dit_weights() const { return s_->dit.weights; }
+uint64_t MemoryPlanner::refiner_weights() {
+  s_->read_refiner();
+  return s_->rf_weights;
+}
 uint64_t MemoryPlanner::dit_weights_layerwise() const {
   return s_->backend == "cuda" ? s_->lw.device() : s_->dit.weights;
 }
@@ -373,9 +429,42 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
     m.stages.push_back(w);
   }
   m.stages.push_back(dit);
+  // The 1080p refiner: the preview latent resampled to 2T-1 frames at the
+  // refiner size, one token per latent cell, plus the text tokens of the
+  // larger CFG branch (pipeline/refine.cpp); decoded at that size.
+  LatentShape decoded = ls;
+  if (p.refines()) {
+    s.read_refiner();
+    const RefinerArch& ra = s.rf_cfg.arch;
+    decoded.frames = 2 * ls.frames - 1;
+    decoded.height = p.refiner_height / s.rf_cfg.eval.vae_stride[1];
+    decoded.width = p.refiner_width / s.rf_cfg.eval.vae_stride[2];
+    const int64_t n = decoded.frames * decoded.height * decoded.width + std::max(m.prompt_tokens, m.negative_tokens);
+    const int64_t c_pad = std::max({ra.video_in_channels, ra.audio_in_channels, ra.text_in_channels});
+    const bool rf_gpu = cuda && s.opt.refiner_device == "auto";
+    StageMemory rf{.name = "refiner", .backend = rf_gpu ? "cuda" : "cpu",
+                   .pool = rf_gpu ? MemoryPool::Device : MemoryPool::Host, .weights = s.rf_weights};
+    m.refiner_tokens = n;
+    rf.activations = refiner_activations(ra, n, c_pad);
+    // Scratch: CUDA libraries, the GEMM workspace, the block-window pair plan
+    // (an int4 tile + an int2 range per 64-row tile and window block, at most
+    // 27 window blocks) and the rounding of its 23 buffers; the CPU's
+    // attention keeps fp32 K/V copies, and its host packs the input twice.
+    const uint64_t tiles = static_cast<uint64_t>(n) / 64 + 1;
+    rf.workspace = rf_gpu ? kCudaRuntimeReserve + kCudaGemmWorkspace + tiles * 27 * 24 + 23 * kCudaRounding
+                          : 2 * static_cast<uint64_t>(n) * ra.num_heads_kv() * ra.head_dim * 4 +
+                                2 * static_cast<uint64_t>(n) * c_pad * 4;
+    rf.source = str_cat("weights: the official refiner tensor list (bf16 matrices, f32 norms and adapters); "
+                        "activations: RefinerWorkspace buffers at ", n, " tokens (exact); workspace: formula (",
+                        rf_gpu ? "CUDA libraries 512 MiB + GEMM 32 MiB + the window pair plan + allocator rounding"
+                               : "the CPU attention's fp32 K/V copies + the packed input twice",
+                        ")");
+    m.stages.push_back(rf);
+  }
   const bool decode = p.decodes();
   if (decode) s.read_decoders();
   if (decode && s.turbo && s.sao) {
+    const LatentShape& ls = decoded;  // the decoders take the refined latent at 1080p
     const TurboVaeConfig& tc = s.turbo_cfg;
     const TurboChunkPlan cp = plan_turbo_chunks(ls.frames, tc.first_chunk_size, tc.step_size,
                                                 tc.temporal_compression_ratio);
@@ -413,26 +502,35 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
     m.stages.push_back(au);
   }
 
-  // Residency: the text encoder shares a pool with the DiT (the host with a
-  // CPU DiT, the GPU with --text-encoder-device auto on CUDA); when both do
-  // not fit together but each phase fits alone, the text encoder is freed
-  // before the DiT loads and the other way round (Engine).
+  // Residency. Every stage resident together first; when that does not fit
+  // the budget, the stages that share its pool are parted step by step,
+  // cheapest first (Engine follows the phases: a stage a phase does not list
+  // is freed on entering it): the text encoder from the DiT (Sequential: the
+  // CLI encodes every prompt first, so it loads once), then the refiner from
+  // the DiT (a DiT reload per 1080p sample), then the codecs from both (a DiT
+  // reload per decoded sample).
   const StageMemory* te = m.stage("text_encoder");
   const StageMemory* wan = m.stage("wan22_encode");
   const StageMemory* tv = m.stage("turbovae_decode");
   const StageMemory* au = m.stage("oobleck_decode");
   const StageMemory* d = m.stage("dit");
-  auto build = [&](Residency res) {
-    m.residency = res;
+  const StageMemory* rf = m.stage("refiner");
+  const MemoryPool budget_pool = cuda ? MemoryPool::Device : MemoryPool::Host;
+  auto build = [&](bool seq, bool swap, bool alone) {
+    m.residency = seq ? Residency::Sequential : Residency::Together;
+    m.refiner_swaps_dit = swap;
+    m.codecs_alone = alone;
     m.phases.clear();
     m.peak_device = m.peak_host = 0;
-    const bool together = res == Residency::Together;
-    const bool te_kept = te && together && text_encoder_kept;
+    const bool te_kept = te && !seq && text_encoder_kept;
     auto add = [&](MemoryPlan::Phase& ph, const StageMemory* st, bool all) {
       if (!st) return;
       ph.resident.push_back(str_cat(st->name, all ? "" : " (weights)"));
       (st->pool == MemoryPool::Device ? ph.device : ph.host) += all ? st->total() : st->weights;
       ph.host += st->pinned_host;  // streamed layers stay pinned while the stage is loaded
+    };
+    auto codecs = [&](MemoryPlan::Phase& ph) {
+      if (!alone) add(ph, wan, false), add(ph, tv, false), add(ph, au, false);
     };
     auto push = [&](MemoryPlan::Phase ph) {
       if (ph.device > m.peak_device) m.peak_device = ph.device, m.peak_device_phase = ph.name;
@@ -442,52 +540,84 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
     if (te) {
       MemoryPlan::Phase ph{.name = "encode"};
       add(ph, te, true);
-      add(ph, tv, false), add(ph, au, false);
-      if (together) add(ph, d, false);
+      if (!seq) add(ph, d, false), add(ph, rf, false);
+      codecs(ph);
       push(ph);
     }
     if (wan) {
       MemoryPlan::Phase ph{.name = "image"};
       add(ph, wan, true);
       if (te_kept) add(ph, te, false);
-      add(ph, tv, false), add(ph, au, false), add(ph, d, false);
+      if (!alone) add(ph, tv, false), add(ph, au, false), add(ph, d, false);
+      if (!alone && !swap) add(ph, rf, false);
       push(ph);
     }
     MemoryPlan::Phase dn{.name = "denoise"};
     add(dn, d, true);
     if (te_kept) add(dn, te, false);
-    add(dn, wan, false), add(dn, tv, false), add(dn, au, false);
+    if (!swap) add(dn, rf, false);
+    codecs(dn);
     push(dn);
+    if (rf) {
+      MemoryPlan::Phase ph{.name = "refine"};
+      add(ph, rf, true);
+      if (!swap) add(ph, d, false);
+      if (te_kept) add(ph, te, false);
+      codecs(ph);
+      push(ph);
+    }
     if (tv) {
       MemoryPlan::Phase ph{.name = "decode"};
       add(ph, tv, true), add(ph, au, true);
-      add(ph, d, true);  // the DiT stays resident (its workspace is kept for the next request of this size)
+      // The DiT stays resident (its workspace is kept for the next request of this size).
+      if (!alone && !(swap && rf)) add(ph, d, true);
+      if (!alone) add(ph, rf, false);
       if (te_kept) add(ph, te, false);
-      add(ph, wan, false);
+      if (!alone) add(ph, wan, false);
       push(ph);
     }
   };
-  build(Residency::Together);
-  // Sequential when the text encoder and the DiT share a pool that cannot hold both.
-  if (te && budget > 0 && (cuda ? te_gpu && m.peak_device > budget : m.peak_host > budget))
-    build(Residency::Sequential);
+  const auto in_pool = [&](const StageMemory* st) { return st && st->pool == budget_pool; };
+  const auto over = [&] { return budget > 0 && m.peak_in_budget_pool() > budget; };
+  // Each step only where it parts stages of the budget's pool.
+  bool seq = false, swap = false, alone = false;
+  build(seq, swap, alone);
+  if (over() && te && in_pool(te)) build(seq = true, swap, alone);
+  if (over() && in_pool(rf) && in_pool(d)) build(seq, swap = true, alone);
+  if (over() && (in_pool(tv) || in_pool(au) || in_pool(wan))) build(seq, swap, alone = true);
   const uint64_t need = m.peak_in_budget_pool();
   m.fits = budget == 0 || need <= budget;
   if (!m.fits) {
     const std::string where = cuda ? "the GPU" : "the host";
-    const bool weights_alone = d->weights > budget;
-    // --offload layerwise is named only when the same phase fits with the DiT's weights streamed.
-    const bool lw_fits = cuda && !s.layerwise && need - d->weights + s.lw.device() <= budget;
-    m.advice = str_cat(p.label, ": the memory plan needs ", format_bytes(need), " on ", where, " (phase ",
-                       cuda ? m.peak_device_phase : m.peak_host_phase, ": DiT weights ", format_bytes(d->weights), " + activations ",
-                       format_bytes(d->activations), " + workspace ", format_bytes(d->workspace), ") but ", format_bytes(budget), " are allowed (",
-                       budget_source, "); would fit: ",
-                       weights_alone ? str_cat(lw_fits ? "--offload layerwise (DiT weights streamed from host memory) or " : "",
-                                               "--weights fp8-experts (routed experts in FP8, ",
-                                               pct(budget, d->weights), " of the bf16 weights fit)")
-                                     : str_cat("a smaller clip (--resolution 272p, fewer --seconds), ",
-                                               lw_fits ? "--offload layerwise, " : "", "--weights fp8-experts"),
-                       ", or a larger --max-device-memory");
+    const std::string peak = cuda ? m.peak_device_phase : m.peak_host_phase;
+    // The stage the peak phase runs, and the advice for it.
+    const StageMemory* run = peak == "refine" ? rf : peak == "decode" ? tv : peak == "image" ? wan
+                             : peak == "encode" ? te : d;
+    std::string would;
+    if (run == d) {
+      const bool weights_alone = d->weights > budget;
+      // --offload layerwise is named only when the same phase fits with the DiT's weights streamed.
+      const bool lw_fits = cuda && !s.layerwise && need - d->weights + s.lw.device() <= budget;
+      would = weights_alone ? str_cat(lw_fits ? "--offload layerwise (DiT weights streamed from host memory) or " : "",
+                                      "--weights fp8-experts (routed experts in FP8, ", pct(budget, d->weights),
+                                      " of the bf16 weights fit)")
+                            : str_cat("a smaller clip (--resolution 272p, fewer --seconds), ",
+                                      lw_fits ? "--offload layerwise, " : "", "--weights fp8-experts");
+    } else if (run == rf) {
+      would = str_cat("a smaller refined clip (fewer --seconds, a smaller --refiner-width/--refiner-height)",
+                      cuda && rf->pool == MemoryPool::Device ? ", --refiner-device cpu" : "");
+    } else if (run == te) {
+      would = str_cat("a shorter prompt", cuda && te->pool == MemoryPool::Device ? ", --text-encoder-device cpu" : "");
+    } else {
+      would = str_cat("a smaller clip (fewer --seconds, a lower resolution)",
+                      cuda && run->pool == MemoryPool::Device ? ", --decoder-device cpu" : "");
+    }
+    m.advice = str_cat(p.label, ": the memory plan needs ", format_bytes(need), " on ", where, " (phase ", peak, ": ",
+                       run->name, " weights ", format_bytes(run->weights), " + activations ",
+                       format_bytes(run->activations), " + workspace ", format_bytes(run->workspace),
+                       run == d ? "" : str_cat(", DiT weights ", format_bytes(d->weights)), ", every stage that can "
+                       "be freed freed) but ", format_bytes(budget), " are allowed (", budget_source, "); would fit: ",
+                       would, ", or a larger --max-device-memory");
   }
   return m;
 }
@@ -495,7 +625,8 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
 std::string MemoryPlan::text() const {
   std::string out = str_cat("memory plan for ", label, ": ", width, "x", height, " px, ", seconds, " s, ", steps,
                             " steps, ", tokens, " DiT tokens (prompt ", prompt_tokens, ", negative ", negative_tokens,
-                            "); DiT on ", dit_backend, "\n");
+                            ")", refiner_tokens ? str_cat(", ", refiner_tokens, " refiner tokens") : std::string(),
+                            "; DiT on ", dit_backend, "\n");
   char line[256];
   std::snprintf(line, sizeof line, "  %-16s %-5s %-7s %12s %12s %12s %12s\n", "stage", "runs", "lives", "weights",
                 "activations", "workspace", "total");
@@ -513,11 +644,7 @@ std::string MemoryPlan::text() const {
       out += str_cat("  ", s.name, ": + ", format_bytes(s.pinned_host), " of streamed layer weights in pinned host "
                      "memory (--offload layerwise; counted in every phase's host bytes)\n");
   for (const StageMemory& s : stages) out += str_cat("  ", s.name, ": ", s.source, "\n");
-  out += str_cat("  residency: ", residency == Residency::Together
-                                      ? "every loaded stage stays resident; the DiT stays loaded across samples"
-                                      : "sequential: the text encoder is freed before the DiT loads (both do not fit "
-                                        "together); the DiT stays loaded across samples",
-                 "\n");
+  out += str_cat("  residency: ", residency_summary(), "\n");
   for (const Phase& ph : phases) {
     std::string names;
     for (const std::string& r : ph.resident) names += (names.empty() ? "" : ", ") + r;
@@ -560,6 +687,10 @@ nlohmann::json MemoryPlan::json() const {
           {"budget_source", budget_source},
           {"stages", st},
           {"residency", residency == Residency::Together ? "together" : "sequential"},
+          {"refiner_tokens", refiner_tokens},
+          {"refiner_swaps_dit", refiner_swaps_dit},
+          {"codecs_alone", codecs_alone},
+          {"residency_summary", residency_summary()},
           {"phases", ph},
           {"peak_device_bytes", peak_device},
           {"peak_device_phase", peak_device_phase},

@@ -1,7 +1,7 @@
-// The memory plan of a request: per stage (text encoder, DiT, TurboVAE
-// decode, Oobleck decode, Wan2.2 image encode) the bytes of weights,
-// activations and workspace, where each lives, which stages are resident
-// together, and the peak per memory pool, computed before anything loads
+// The memory plan of a request: per stage (text encoder, DiT, 1080p refiner,
+// TurboVAE decode, Oobleck decode, Wan2.2 image encode) the bytes of weights,
+// activations and workspace, where each lives, which stages are resident in
+// each phase, and the peak per memory pool, computed before anything loads
 // from the model folder's configs and checkpoint headers (safetensors
 // headers, torch zip pickles; no weight bytes are read). `magi2 generate
 // --dry-run` prints it; the engine refuses a request whose plan does not fit
@@ -27,7 +27,7 @@ enum class MemoryPool {
 
 /// One stage of a run.
 struct StageMemory {
-  std::string name;         ///< "text_encoder", "dit", "turbovae_decode", "oobleck_decode", "wan22_encode"
+  std::string name;         ///< "text_encoder", "dit", "refiner", "turbovae_decode", "oobleck_decode", "wan22_encode"
   std::string backend;      ///< backend it runs on: "cpu" or "cuda"
   MemoryPool pool = MemoryPool::Host;
   uint64_t weights = 0;      ///< bytes of the weights as the stage holds them (compute dtype), in `pool`
@@ -44,7 +44,8 @@ struct StageMemory {
   uint64_t total() const { return weights + activations + workspace; }
 };
 
-/// Which stages are held at once.
+/// Whether the text encoder and the DiT are held at once (the other stages:
+/// MemoryPlan::refiner_swaps_dit, MemoryPlan::codecs_alone).
 enum class Residency {
   Together,    ///< every loaded stage stays resident (fits the budget together)
   Sequential,  ///< the text encoder is freed before the DiT loads and back (same pool, both do not fit)
@@ -58,16 +59,32 @@ struct MemoryPlan {
   double seconds = 0;
   int steps = 0;
   int64_t tokens = 0;           ///< packed DiT tokens per forward (both CFG branches)
+  int64_t refiner_tokens = 0;   ///< tokens of the larger refiner forward (1080p; 0 otherwise)
   int64_t prompt_tokens = 0, negative_tokens = 0;
   uint64_t budget = 0;          ///< bytes allowed in the DiT's pool (0 = unknown: no fit check)
   std::string budget_source;    ///< "--max-device-memory", "free GPU memory", "host RAM"
   std::vector<StageMemory> stages;
+  /// The text encoder and the DiT (Engine: the text encoder is freed before the DiT loads and back).
   Residency residency = Residency::Together;
-  /// Phases of a run in order with the stages resident in each and their bytes per pool.
+  /// The DiT and the refiner are never resident together (both do not fit the
+  /// budget): the DiT is freed before the refiner uploads, and the refiner
+  /// before the DiT loads again (the next sample's denoise).
+  bool refiner_swaps_dit = false;
+  /// The codecs (TurboVAE, Oobleck, Wan2.2 encoder) are not resident beside the
+  /// DiT or the refiner: each uploads for its phase once those are freed, and
+  /// is freed before the DiT loads again (their checkpoints are still checked
+  /// in Engine::prepare).
+  bool codecs_alone = false;
+  /// Phases of a run in order. `resident` lists the stages a phase may hold:
+  /// the one it runs in full, the others as "NAME (weights)" (kept from an
+  /// earlier phase or sample); the engine frees every other loaded stage on
+  /// entering the phase. Bytes per pool count everything listed.
   struct Phase {
-    std::string name;  ///< "encode", "image", "denoise", "decode"
+    std::string name;  ///< "encode", "image", "denoise", "refine", "decode"
     std::vector<std::string> resident;
     uint64_t device = 0, host = 0;
+    /// Whether `stage` (a StageMemory::name) may be resident in this phase.
+    bool holds(const std::string& stage) const;
   };
   std::vector<Phase> phases;
   uint64_t peak_device = 0, peak_host = 0;
@@ -77,8 +94,12 @@ struct MemoryPlan {
   std::string advice;
 
   const StageMemory* stage(const std::string& name) const;
+  /// The phase named `name`, or null when the request has none.
+  const Phase* phase(const std::string& name) const;
   /// Bytes of the DiT's pool at its peak (device for CUDA, host for CPU).
   uint64_t peak_in_budget_pool() const { return dit_backend == "cuda" ? peak_device : peak_host; }
+  /// One line saying which stages are parted (residency, refiner_swaps_dit, codecs_alone).
+  std::string residency_summary() const;
   /// Human-readable table (several lines, ends with a newline).
   std::string text() const;
   /// Machine-readable form (byte counts as integers).
@@ -115,9 +136,14 @@ class MemoryPlanner {
   /// The plan of `p` (validated) against `budget` bytes (0: no fit check).
   /// `text_encoder_kept`: the front end keeps the text encoder loaded during
   /// the loop (more prompts to encode, a server), unless residency is
-  /// Sequential. Residency is Sequential for a CPU DiT when Together does not
-  /// fit the budget (the text encoder and the DiT then never share it).
-  /// Errors: a prompt over the token limit without truncate (as the encoder's).
+  /// Sequential. When every stage resident together does not fit the budget,
+  /// the stages sharing the budget's pool are parted step by step, cheapest
+  /// first, until the plan fits: the text encoder from the DiT (Sequential),
+  /// then the refiner from the DiT (refiner_swaps_dit), then the codecs from
+  /// both (codecs_alone). When even the last does not fit, `fits` is false
+  /// and `advice` names the phase at the peak and what would fit.
+  /// Errors: a prompt over the token limit without truncate (as the encoder's);
+  /// a 1080p request whose refiner folder or config is missing or bad.
   MemoryPlan plan(const GenerateParams& p, uint64_t budget, const std::string& budget_source,
                   bool text_encoder_kept = true);
 
@@ -126,6 +152,10 @@ class MemoryPlanner {
   /// two layer slots).
   uint64_t text_encoder_weights();
   uint64_t dit_weights() const;
+  /// Weight bytes of the refiner (bf16 matrices, f32 norms and adapters as
+  /// RefinerWeights binds them); reads its config and checkpoint headers on
+  /// first use. Errors: a missing refiner folder, a bad config or header.
+  uint64_t refiner_weights();
   /// The DiT's device weight bytes with `--offload layerwise` (the same as
   /// dit_weights() when it is on or the DiT runs on the CPU): what the "would
   /// fit" advice checks.

@@ -28,6 +28,8 @@ void validate(const EngineOptions& c) {
               "--text-encoder-device must be auto or cpu, got '", c.text_encoder_device, "'");
   MAGI2_CHECK(c.decoder_device == "auto" || c.decoder_device == "cpu", "--decoder-device must be auto or cpu, got '",
               c.decoder_device, "'");
+  MAGI2_CHECK(c.refiner_device == "auto" || c.refiner_device == "cpu", "--refiner-device must be auto or cpu, got '",
+              c.refiner_device, "'");
   (void)fp8_compute_from_name(c.fp8_compute, "--fp8-compute");
   (void)offload_from_name(c.offload, "--offload");
   validate(c.cuda);

@@ -33,27 +33,28 @@ struct EngineOptions {
   bool encodes_text = true;
   int threads = 0;                   ///< CPU threads, 0 = all
   std::string device = "auto";       ///< compute device: "auto" | "cpu" | "cuda"
-  /// Where the 1080p refiner runs [--refiner-device]: "cpu" (default: the
-  /// reference backend whatever `device` says) or "auto" (the DiT's device:
-  /// CUDA when the DiT runs there, with the tensor-core block-sparse attention;
-  /// checked on the H200, docs/refiner.md). Not the default yet: the memory
-  /// plan does not count the refiner, and it is loaded beside the DiT.
-  std::string refiner_device = "cpu";
+  /// Where the 1080p refiner runs [--refiner-device]: "auto" (default: the
+  /// DiT's device, CUDA when the DiT runs there, with the tensor-core
+  /// block-sparse attention; checked on the H200, docs/refiner.md) or "cpu"
+  /// (the reference backend whatever `device` says). On a GPU its weights
+  /// upload in the refine phase, and the memory plan frees the DiT first when
+  /// both do not fit the budget (engine/memory_plan.h).
+  std::string refiner_device = "auto";
   /// Where the Qwen3.5 text encoder runs [--text-encoder-device]: "auto"
   /// (default: the DiT's device, its weights uploaded there; the CUDA text ops
   /// are checked on the H200, docs/cuda.md) or "cpu" (the reference backend).
   std::string text_encoder_device = "auto";
-  /// Where the codecs run [--decoder-device]: "cpu" (the reference backend;
-  /// the default until the CUDA codec ops have been checked on a GPU) or
-  /// "auto" (the DiT's device: the TurboVAE and Stable Audio Open decoders and
-  /// the Wan2.2 image encoder upload their weights there; the audio resample
-  /// stays on the host).
-  std::string decoder_device = "cpu";
+  /// Where the codecs run [--decoder-device]: "auto" (default: the DiT's
+  /// device: the TurboVAE and Stable Audio Open decoders and the Wan2.2 image
+  /// encoder upload their weights there, beside the DiT when they fit the
+  /// budget, else after the DiT and the refiner are freed; the audio resample
+  /// stays on the host) or "cpu" (the reference backend).
+  std::string decoder_device = "auto";
   /// Bytes the DiT's device may hold (`--max-device-memory`); 0 = the GPU's
   /// free memory (CUDA backend) or the host's RAM (CPU backend). A request
   /// whose memory plan (engine/memory_plan.h) exceeds it is refused before
-  /// loading; on the CPU backend the text encoder is freed before the DiT
-  /// loads when both do not fit together.
+  /// loading; stages that do not fit together are not resident together (the
+  /// text encoder, the DiT, the refiner, the codecs: engine/memory_plan.h).
   uint64_t max_device_memory = 0;
   /// Routed expert weights [--weights]: "auto" (as stored), "bf16", or
   /// "fp8-experts" (e4m3 with 128 x 128 block scales; a bf16 checkpoint is

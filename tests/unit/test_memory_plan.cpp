@@ -129,12 +129,13 @@ TEST(MemoryPlan, TextEncoderOnTheGpuSharesItsBudget) {
 
 // --decoder-device auto on CUDA (planned here without a GPU): the TurboVAE and
 // Stable Audio Open decoders and the Wan2.2 encoder are device stages beside
-// the DiT, so the decode phase's device peak holds them; with "cpu" they are
-// host stages.
+// the DiT (no budget: nothing is parted), so the decode phase's device peak
+// holds them; with "cpu" they are host stages.
 TEST(MemoryPlan, DecodersOnTheGpuCountOnTheDevice) {
   const std::string dir = test::temp_dir("memplan_codec_gpu");
   EngineOptions o = tiny_options();
   o.device = "cuda";
+  o.decoder_device = "cpu";
   GenerateParams a = small_request(dir, "a");
   a.outputs.wav_path = dir + "/a.wav";  // a decoding request
   const MemoryPlan host = MemoryPlanner(o, "cuda").plan(a, 0, "none");

@@ -39,9 +39,9 @@ struct GenerateArgs {
   int width = 0, height = 0;
   int refiner_width = 1920, refiner_height = 1088;
   int refiner_steps = -1;  ///< -1: the config's magi2_refiner_num_inference_steps
-  std::string refiner_device = "cpu";
+  std::string refiner_device = "auto";
   std::string text_encoder_device = "auto";
-  std::string decoder_device = "cpu";
+  std::string decoder_device = "auto";
   std::string latents;     ///< `magi2 refine --latents`: saved preview latents
   std::string seed = "42";
   int steps = -1;  ///< -1: the config's num_inference_steps
@@ -315,8 +315,8 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
         ->check(CLI::Range(1, Limits::kMaxSteps))
         ->envname("MAGI2_REFINER_NUM_INFERENCE_STEPS");
     s->add_option("--refiner-device", a.refiner_device,
-                  "1080p: where the refiner runs: cpu (the reference backend, default) or auto (the DiT's --device; "
-                  "on CUDA it is loaded beside the DiT, outside the memory plan)")
+                  "1080p: where the refiner runs: auto (the DiT's --device, default; on CUDA the DiT is freed "
+                  "before it uploads when both do not fit --max-device-memory) or cpu (the reference backend)")
         ->check(CLI::IsMember({"auto", "cpu"}))
         ->envname("MAGI2_REFINER_DEVICE")
         ->capture_default_str();

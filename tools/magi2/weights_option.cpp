@@ -45,8 +45,9 @@ CLI::Option* add_text_encoder_device_option(CLI::App* app, std::string& dst) {
 
 CLI::Option* add_decoder_device_option(CLI::App* app, std::string& dst) {
   return add_choice(app, "--decoder-device", dst,
-                    "where the codecs run (TurboVAE, Stable Audio Open, the Wan2.2 image encoder): cpu (the "
-                    "reference backend, default) or auto (the --device backend; CUDA not yet checked on a GPU)",
+                    "where the codecs run (TurboVAE, Stable Audio Open, the Wan2.2 image encoder): auto (the "
+                    "--device backend, default; on CUDA loaded after the DiT and the refiner are freed when they do "
+                    "not fit beside them) or cpu (the reference backend)",
                     {"cpu", "auto"}, "MAGI2_DECODER_DEVICE");
 }
 
