@@ -180,14 +180,17 @@ bool MemoryPlan::Phase::holds(const std::string& stage) const {
 }
 
 std::string MemoryPlan::residency_summary() const {
-  std::string out = residency == Residency::Together
-                        ? "every loaded stage stays resident"
-                        : "sequential: the text encoder is freed before the DiT loads (both do not fit together)";
+  if (residency == Residency::Together && !refiner_swaps_dit && !codecs_alone)
+    return "every loaded stage stays resident; the DiT stays loaded across samples";
+  std::string out;
+  auto part = [&](const char* s) { out += (out.empty() ? "" : "; ") + std::string(s); };
+  if (residency == Residency::Sequential)
+    part("sequential: the text encoder is freed before the DiT loads (both do not fit together)");
   if (refiner_swaps_dit)
-    out += "; the DiT is freed before the refiner uploads and reloaded for the next sample (both do not fit together)";
+    part("the DiT is freed before the refiner uploads and reloaded for the next sample (both do not fit together)");
   if (codecs_alone)
-    out += "; the codecs upload for their phase after the DiT and the refiner are freed (they do not fit beside them)";
-  if (!refiner_swaps_dit && !codecs_alone) out += "; the DiT stays loaded across samples";
+    part("the codecs upload for their phase after the DiT and the refiner are freed (they do not fit beside them)");
+  if (!refiner_swaps_dit && !codecs_alone) part("the DiT stays loaded across samples");
   return out;
 }
 
@@ -585,11 +588,17 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   if (over() && te && in_pool(te)) build(seq = true, swap, alone);
   if (over() && in_pool(rf) && in_pool(d)) build(seq, swap = true, alone);
   if (over() && (in_pool(tv) || in_pool(au) || in_pool(wan))) build(seq, swap, alone = true);
-  const uint64_t need = m.peak_in_budget_pool();
-  m.fits = budget == 0 || need <= budget;
+  m.fits = budget == 0 || m.peak_in_budget_pool() <= budget;
   if (!m.fits) {
     const std::string where = cuda ? "the GPU" : "the host";
-    const std::string peak = cuda ? m.peak_device_phase : m.peak_host_phase;
+    // The advice is about the DiT's phase when that one does not fit (every
+    // other phase is then moot), else about the phase at the peak.
+    const auto bytes_of = [&](const MemoryPlan::Phase& ph) { return cuda ? ph.device : ph.host; };
+    const MemoryPlan::Phase* dn_phase = m.phase("denoise");
+    const std::string peak = dn_phase && bytes_of(*dn_phase) > budget ? std::string("denoise")
+                             : cuda                                   ? m.peak_device_phase
+                                                                      : m.peak_host_phase;
+    const uint64_t need = bytes_of(*m.phase(peak));
     // The stage the peak phase runs, and the advice for it.
     const StageMemory* run = peak == "refine" ? rf : peak == "decode" ? tv : peak == "image" ? wan
                              : peak == "encode" ? te : d;
