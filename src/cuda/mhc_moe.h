@@ -13,6 +13,7 @@
 
 #include "cuda/fused_kernels.h"
 #include "cuda/moe_gemm.h"
+#include "ops/backend_options.h"
 #include "ops/ops.h"
 
 namespace magi2::cuda {
@@ -38,16 +39,22 @@ void moe_route(const MoeRouteParams& p, cudaStream_t s, const FusedPaths* fast =
 /// fp32 with R = T x MH x K), planned on the first call per shape; planning
 /// during graph capture is refused with a clear error. Within bf16 tolerance
 /// of the CPU reference (not bit-equal), bit-identical run to run.
+/// A call of more than `max_rows` routed rows runs in equal token passes that
+/// reuse one pass's workspace; the output bytes do not depend on the number of
+/// passes (each row's GEMMs and each token's combine are independent of the
+/// other rows).
 class MoeExpertsRunner {
  public:
-  explicit MoeExpertsRunner(DeviceAlloc alloc);
+  explicit MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows = CudaOptions::kDefaultMoeMaxRows);
   ~MoeExpertsRunner();
   MoeExpertsRunner(const MoeExpertsRunner&) = delete;
   MoeExpertsRunner& operator=(const MoeExpertsRunner&) = delete;
   /// Whether the grouped path handles these widths (multiples of 8, top-k <= 32, CUTLASS built in).
   static bool supports(int64_t dh, int64_t de, int k);
-  /// Plans the workspace for this shape now (outside capture); run() does it when needed.
+  /// Plans the workspace for a call of t tokens now (outside capture); run() does it when needed.
   void plan(int64_t t, int mh, int ne, int k, int64_t dh, int64_t de, cudaStream_t s);
+  /// Tokens of one pass for a call of t tokens (t itself when t x mh x k <= max_rows).
+  int64_t pass_tokens(int64_t t, int mh, int k) const;
   /// Enqueues the routed experts of checked params on `s`. `mark(i)` (optional,
   /// for benchmarks) is called after stage i is enqueued: 0 sort + gather,
   /// 1 W13, 2 SwiGLU7, 3 W2, 4 combine.
@@ -55,7 +62,10 @@ class MoeExpertsRunner {
 
  private:
   struct Plan;
+  struct Pass;
+  void run_pass(const Pass& ps, cudaStream_t s, const std::function<void(int)>& mark);
   DeviceAlloc alloc_;
+  int64_t max_rows_ = 0;
   std::unique_ptr<Plan> plan_;
 };
 

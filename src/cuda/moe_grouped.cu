@@ -36,8 +36,9 @@ constexpr int kChunk = 256;  // routes per sort chunk = threads per sort block
 constexpr int kScanThreads = 1024;
 constexpr int kMaxK = 32;
 
-// Grid (chunks, MH): integer histogram of one chunk of head h's routes.
-__global__ void route_hist(const int32_t* __restrict__ idx, int64_t routes, int ne, int chunks,
+// Grid (chunks, MH): integer histogram of one chunk of head h's routes. Head
+// h's routes start at idx + h * hs (hs >= routes: a token range of [MH, T, K]).
+__global__ void route_hist(const int32_t* __restrict__ idx, int64_t hs, int64_t routes, int ne, int chunks,
                            int32_t* __restrict__ cnt) {
   extern __shared__ int hist[];
   const int h = blockIdx.y, c = blockIdx.x;
@@ -45,7 +46,7 @@ __global__ void route_hist(const int32_t* __restrict__ idx, int64_t routes, int 
   __syncthreads();
   const int64_t i = static_cast<int64_t>(c) * kChunk + threadIdx.x;
   if (i < routes) {
-    const int e = idx[h * routes + i];
+    const int e = idx[h * hs + i];
     if (e >= 0 && e < ne) atomicAdd(&hist[e], 1);  // integer counts: order-independent
   }
   __syncthreads();
@@ -93,13 +94,14 @@ __global__ void route_expert_scan(const int32_t* __restrict__ total, int nf, int
 
 // Grid (chunks, MH), kChunk threads: each route's row in expert order (-1 for an
 // expert index outside [0, ne)), and the source row (token * MH + head) of each row.
-__global__ void route_scatter(const int32_t* __restrict__ idx, int64_t routes, int k, int mh, int ne, int chunks,
+__global__ void route_scatter(const int32_t* __restrict__ idx, int64_t hs, int64_t routes, int k, int mh, int ne,
+                              int chunks,
                               const int32_t* __restrict__ cnt, const int32_t* __restrict__ offsets,
                               int32_t* __restrict__ pos, int32_t* __restrict__ src) {
   __shared__ int32_t ex[kChunk];
   const int h = blockIdx.y, c = blockIdx.x;
   const int64_t i = static_cast<int64_t>(c) * kChunk + threadIdx.x;
-  const int e = i < routes ? idx[h * routes + i] : -1;
+  const int e = i < routes ? idx[h * hs + i] : -1;
   ex[threadIdx.x] = e;
   __syncthreads();
   if (i >= routes) return;
@@ -162,16 +164,16 @@ __global__ void expert_swiglu7(uint16_t* __restrict__ hbuf, int64_t de, const in
 // slot) of bf16(y[row] * weight)), fp32 accumulation. Routes of an invalid
 // expert contribute nothing.
 __global__ void expert_combine(const float* __restrict__ y, const int32_t* __restrict__ idx,
-                               const float* __restrict__ weight, const int32_t* __restrict__ pos, int64_t t, int mh,
-                               int k, int64_t dh, uint16_t* __restrict__ out, int64_t ldo) {
+                               const float* __restrict__ weight, int64_t hs, const int32_t* __restrict__ pos,
+                               int64_t t, int mh, int k, int64_t dh, uint16_t* __restrict__ out, int64_t ldo) {
   __shared__ int32_t spos[8][kMaxK];
   __shared__ float sw[8][kMaxK];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t pair = static_cast<int64_t>(blockIdx.x) * 8 + warp;
   if (pair >= t * mh) return;
   const int64_t n = pair / mh, h = pair % mh;
-  const int64_t base = (h * t + n) * k;
-  const int e = lane < k ? idx[base + lane] : 0;
+  const int64_t base = (h * t + n) * k, ibase = h * hs + n * k;  // pos is the chunk's; idx, weight the call's
+  const int e = lane < k ? idx[ibase + lane] : 0;
   int rank = 0;
   for (int j = 0; j < k; ++j) {  // position of (e, lane) among the k (expert, slot) pairs
     const int ej = __shfl_sync(0xffffffffu, e, j);
@@ -179,7 +181,7 @@ __global__ void expert_combine(const float* __restrict__ y, const int32_t* __res
   }
   if (lane < k) {
     spos[warp][rank] = pos[base + lane];
-    sw[warp][rank] = weight[base + lane];
+    sw[warp][rank] = weight[ibase + lane];
   }
   __syncwarp();
   uint16_t* o = out + n * ldo + h * dh;
@@ -236,17 +238,17 @@ unsigned grid_of(int64_t work, int threads) {
   return static_cast<unsigned>(b > 0 ? b : 1);
 }
 
-// The deterministic combine of the W2 output y [R, DH] fp32 into prm.out.
-void launch_combine(const MoeExpertsParams& prm, const float* y, const int32_t* pos, cudaStream_t s) {
-  const int mh = prm.num_heads, k = prm.top_k;
-  const int64_t t = prm.r.size(0), dh = prm.r.size(1) / mh;
-  expert_combine<<<grid_of(t * mh, 8), 256, 0, s>>>(y, static_cast<const int32_t*>(prm.idx.data()),
-                                                     static_cast<const float*>(prm.weight.data()), pos, t, mh, k, dh,
-                                                     static_cast<uint16_t*>(prm.out.data()), prm.out.row_stride());
-  MAGI2_CUDA_CHECK_LAUNCH("moe_experts combine");
-}
-
 }  // namespace
+
+// One pass of the grouped path: tokens [n0, n0 + t) of the call. `prm` is the
+// call's params with r and out cut to those rows; idx and weight point at the
+// pass's first token in head 0, with `hs` (the call's T x K) between heads.
+struct MoeExpertsRunner::Pass {
+  MoeExpertsParams prm;
+  const int32_t* idx = nullptr;
+  const float* weight = nullptr;
+  int64_t hs = 0;
+};
 
 struct MoeExpertsRunner::Plan {
   int64_t t = 0, dh = 0, de = 0;
@@ -259,7 +261,9 @@ struct MoeExpertsRunner::Plan {
   std::unique_ptr<ExpertGemm> w13, w2;
 };
 
-MoeExpertsRunner::MoeExpertsRunner(DeviceAlloc alloc) : alloc_(std::move(alloc)) {}
+MoeExpertsRunner::MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows) : alloc_(std::move(alloc)), max_rows_(max_rows) {
+  MAGI2_CHECK(max_rows_ >= 1, "moe_experts: the routed rows of a pass must be >= 1, got ", max_rows_);
+}
 MoeExpertsRunner::~MoeExpertsRunner() = default;
 
 bool MoeExpertsRunner::supports(int64_t dh, int64_t de, int k) {
@@ -271,13 +275,18 @@ bool MoeExpertsRunner::supports(int64_t dh, int64_t de, int k) {
 #endif
 }
 
-void MoeExpertsRunner::plan(int64_t t, int mh, int ne, int k, int64_t dh, int64_t de, cudaStream_t s) {
+int64_t MoeExpertsRunner::pass_tokens(int64_t t, int mh, int k) const {
+  return moe_pass_tokens(t, static_cast<int64_t>(mh) * k, max_rows_);
+}
+
+void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, int64_t de, cudaStream_t s) {
+  const int64_t t = pass_tokens(t_call, mh, k);
   if (plan_ && plan_->t == t && plan_->mh == mh && plan_->ne == ne && plan_->k == k && plan_->dh == dh &&
       plan_->de == de)
     return;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
-  MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no workspace planned for ", t,
+  MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no workspace planned for ", t_call,
               " tokens; run one eager forward at this token count before capturing a CUDA graph");
   MAGI2_CUDA_CHECK(cudaStreamSynchronize(s));  // the old plan's buffers may still be in use
   plan_.reset();
@@ -315,17 +324,42 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
               kMaxK);
   if (t == 0) return;
   plan(t, mh, ne, k, dh, de, s);
+  // Token passes: a routed row's GEMMs and a token's combine read nothing of
+  // the other rows (no split-K, fixed summation order), so the bytes do not
+  // depend on how many passes there are; only the workspace does.
+  const int64_t tp = plan_->t;
+  for (int64_t n0 = 0; n0 < t; n0 += tp) {
+    const int64_t n1 = std::min(t, n0 + tp);
+    Pass ps{.prm = prm, .idx = static_cast<const int32_t*>(prm.idx.data()) + n0 * k,
+            .weight = static_cast<const float*>(prm.weight.data()) + n0 * k, .hs = t * k};
+    ps.prm.r = prm.r.slice_rows(n0, n1);
+    ps.prm.out = prm.out.slice_rows(n0, n1);
+    run_pass(ps, s, mark);
+  }
+}
+
+void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::function<void(int)>& mark) {
+  const MoeExpertsParams& prm = ps.prm;
+  const int mh = prm.num_heads, ne = prm.num_experts, k = prm.top_k;
+  const int64_t t = prm.r.size(0), dh = prm.r.size(1) / mh, de = prm.w_gate.size(2);
   Plan& p = *plan_;
-  const int64_t routes = t * k;
+  const int64_t routes = t * k, max_rows = t * mh * k;
+  const int chunks = static_cast<int>((routes + kChunk - 1) / kChunk);
   const int nf = mh * ne;
   auto i32 = [](const std::shared_ptr<void>& b) { return static_cast<int32_t*>(b.get()); };
-  const int32_t* idx = static_cast<const int32_t*>(prm.idx.data());
-  const dim3 sort_grid(static_cast<unsigned>(p.chunks), static_cast<unsigned>(mh));
-  route_hist<<<sort_grid, kChunk, static_cast<size_t>(ne) * 4, s>>>(idx, routes, ne, p.chunks, i32(p.cnt));
+  // The deterministic combine of the W2 output y [R, DH] fp32 into the pass's out rows.
+  auto combine = [&] {
+    expert_combine<<<grid_of(t * mh, 8), 256, 0, s>>>(static_cast<const float*>(p.y.get()), ps.idx, ps.weight, ps.hs,
+                                                       i32(p.pos), t, mh, k, dh, static_cast<uint16_t*>(prm.out.data()),
+                                                       prm.out.row_stride());
+    MAGI2_CUDA_CHECK_LAUNCH("moe_experts combine");
+  };
+  const dim3 sort_grid(static_cast<unsigned>(chunks), static_cast<unsigned>(mh));
+  route_hist<<<sort_grid, kChunk, static_cast<size_t>(ne) * 4, s>>>(ps.idx, ps.hs, routes, ne, chunks, i32(p.cnt));
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts route counts");
-  route_chunk_scan<<<grid_of(nf, 256), 256, 0, s>>>(i32(p.cnt), mh, ne, p.chunks, i32(p.total));
+  route_chunk_scan<<<grid_of(nf, 256), 256, 0, s>>>(i32(p.cnt), mh, ne, chunks, i32(p.total));
   route_expert_scan<<<1, kScanThreads, 0, s>>>(i32(p.total), nf, i32(p.offsets));
-  route_scatter<<<sort_grid, kChunk, 0, s>>>(idx, routes, k, mh, ne, p.chunks, i32(p.cnt), i32(p.offsets),
+  route_scatter<<<sort_grid, kChunk, 0, s>>>(ps.idx, ps.hs, routes, k, mh, ne, chunks, i32(p.cnt), i32(p.offsets),
                                                i32(p.pos), i32(p.src));
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts route order");
   if (prm.w_gate.dtype() == DType::F8E4M3 && prm.fp8_compute == Fp8Compute::W8A8) {
@@ -338,15 +372,15 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
                                          LentBuffer{p.hbuf.get(), p.hbuf_bytes}, alloc_);
     }
     p.w8a8->run(prm, i32(p.offsets), i32(p.src), static_cast<float*>(p.y.get()), s, mark);
-    launch_combine(prm, static_cast<const float*>(p.y.get()), i32(p.pos), s);
+    combine();
     if (mark) mark(4);
     return;
   }
   const auto* r = static_cast<const uint16_t*>(prm.r.data());
   const bool vec = reinterpret_cast<uintptr_t>(r) % 16 == 0 && prm.r.row_stride() % 8 == 0 && dh % 8 == 0;
-  route_gather<<<grid_of(p.max_rows * 32, 256), 256, 0, s>>>(r, prm.r.row_stride(), mh, dh, i32(p.src),
-                                                             i32(p.offsets), nf, p.max_rows,
-                                                             static_cast<uint16_t*>(p.xp.get()), vec);
+  route_gather<<<grid_of(max_rows * 32, 256), 256, 0, s>>>(r, prm.r.row_stride(), mh, dh, i32(p.src),
+                                                           i32(p.offsets), nf, max_rows,
+                                                           static_cast<uint16_t*>(p.xp.get()), vec);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts gather");
   if (mark) mark(0);
   const bool fp8 = prm.w_gate.dtype() == DType::F8E4M3;
@@ -380,9 +414,9 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
   p.w13->run(i32(p.offsets), p.xp.get(), b13, p.hbuf.get(), s);
   if (mark) mark(1);
   // Enough resident blocks to fill the GPU; each strides over the rows.
-  const unsigned swiglu_blocks = static_cast<unsigned>(std::min<int64_t>(p.max_rows, 132 * 16));
+  const unsigned swiglu_blocks = static_cast<unsigned>(std::min<int64_t>(max_rows, 132 * 16));
   expert_swiglu7<<<swiglu_blocks, 160, 0, s>>>(static_cast<uint16_t*>(p.hbuf.get()), de, i32(p.offsets), nf,
-                                               p.max_rows);
+                                               max_rows);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts swiglu7");
   if (mark) mark(2);
   // The W13 GEMM is done with dq0 (same stream) before W_down overwrites it.
@@ -390,7 +424,7 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
   const void* b2[1] = {fp8 ? dq0 : prm.w_down.data()};
   p.w2->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s);
   if (mark) mark(3);
-  launch_combine(prm, static_cast<const float*>(p.y.get()), i32(p.pos), s);
+  combine();
   if (mark) mark(4);
 }
 

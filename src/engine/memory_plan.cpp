@@ -54,8 +54,8 @@ constexpr uint64_t kCudaRuntimeReserve = uint64_t{512} << 20;
 constexpr uint64_t kCudaGemmWorkspace = uint64_t{32} << 20;
 // The CUDA caching allocator rounds blocks of >= 1 MiB up to 2 MiB (src/cuda/allocator.cpp).
 constexpr uint64_t kCudaRounding = uint64_t{2} << 20;
-// Buffers of DitWorkspace + DenoiseLoop (an upper bound on the rounding slack).
-constexpr uint64_t kDitBuffers = 39 + 26;
+// Buffers of DitWorkspace (one) + DenoiseLoop (an upper bound on the rounding slack).
+constexpr uint64_t kDitBuffers = 1 + 26;
 
 // Backend scratch of one DiT forward of n tokens (formulas from the code that
 // allocates it). CUDA: MoeExpertsRunner::plan (src/cuda/moe_grouped.cu), the
@@ -64,14 +64,16 @@ constexpr uint64_t kDitBuffers = 39 + 26;
 // linear's input (cpu/linear.cpp), whichever is larger. FP8 routed experts on
 // CUDA (docs/fp8.md) add W8A16's two dequantised bf16 banks, or W8A8's two
 // transposed e4m3 banks and its activation scales (src/cuda/moe_w8a8.cu).
-uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Compute compute) {
+uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Compute compute, int64_t moe_max_rows) {
   const uint64_t h = a.num_heads_q(), hd = a.head_dim, d = a.hidden_size;
   if (!cuda) return std::max<uint64_t>(2 * n * h * hd * 4, n * std::max<uint64_t>(a.virtual_width(), a.dense_intermediate()) * 4);
   uint64_t moe = 0;
   if (!a.moe_layers.empty()) {
     const uint64_t mh = a.moe_num_heads, ne = a.moe_num_experts, k = a.moe_top_k;
     const uint64_t dh = a.moe_head_dim(), de = a.moe_expert_intermediate_size, nf = mh * ne;
-    const uint64_t chunks = (n * k + 255) / 256, rows = n * mh * k;
+    // One pass's workspace: a call over more rows runs in token passes (CudaOptions::moe_max_rows).
+    const uint64_t tp = moe_pass_tokens(n, static_cast<int64_t>(mh * k), moe_max_rows);
+    const uint64_t chunks = (tp * k + 255) / 256, rows = tp * mh * k;
     moe = 4 * (nf * chunks + nf + nf + 1 + 2 * rows) + rows * dh * 2 + rows * 2 * de * 2 + rows * dh * 4;
     const uint64_t groups = (dh + kFp8ActGroup - 1) / kFp8ActGroup + (de + kFp8ActGroup - 1) / kFp8ActGroup;
     if (fp8 && compute == Fp8Compute::W8A8)
@@ -397,7 +399,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   dit.activations = DitWorkspace::planned_bytes(a, pack.total_tokens, pack.width) +
                     DenoiseLoop::planned_bytes(pack, m.steps, a.out_channels());
   dit.workspace = dit_scratch(a, pack.total_tokens, cuda, s.fp8,
-                              fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute"));
+                              fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute"), s.opt.cuda.moe_max_rows);
   dit.source = str_cat("weights: the official tensor list at its parameter dtypes",
                        dit.weights_mapped ? " (mmap'd views)" : "",
                        s.layerwise ? str_cat(" (--offload layerwise: non-layer tensors + 2 layer slots of ",

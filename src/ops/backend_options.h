@@ -4,6 +4,7 @@
 // EngineOptions, or pass them to make_backend_for / make_cuda_backend.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/error.h"
@@ -16,12 +17,34 @@ struct CudaOptions {
   /// (cuDNN SDPA where it applies, else the fp32 kernel) or "fp32" (always the
   /// fp32 kernel: the parity oracle). docs/cuda.md.
   std::string attention = "auto";
+  /// Routed rows (T x MH x K) one grouped-GEMM pass of the routed experts
+  /// takes; a call with more runs in equal token passes over one pass's
+  /// workspace (6.5 KB a row at the release widths: the gathered rows, the W13
+  /// output, the fp32 W2 output). The bytes of the output do not depend on it.
+  int64_t moe_max_rows = kDefaultMoeMaxRows;
+  /// The default: one pass at 272p (2.15 M rows with both CFG branches, 2.2 M
+  /// with an I2VA reference image), four at 540p (8.3 M rows, where one pass
+  /// would take 56 GB).
+  static constexpr int64_t kDefaultMoeMaxRows = 2500000;
 };
+
+/// Tokens of one routed-experts pass for a call of t tokens with `per_token`
+/// routed rows each (MH x K) under a cap of `max_rows` rows: t when it fits,
+/// else equal passes (the last may be shorter), each within the cap when one
+/// token fits. The CUDA backend's passes and the memory plan both use it.
+inline int64_t moe_pass_tokens(int64_t t, int64_t per_token, int64_t max_rows) {
+  if (t * per_token <= max_rows) return t;
+  const int64_t fit = max_rows / per_token > 0 ? max_rows / per_token : 1;
+  const int64_t passes = (t + fit - 1) / fit;
+  return (t + passes - 1) / passes;
+}
 
 /// Error (one line naming --cuda-attention) unless every choice is a known name.
 inline void validate(const CudaOptions& o) {
   MAGI2_CHECK(o.attention == "auto" || o.attention == "fp32", "--cuda-attention must be auto or fp32, got '",
               o.attention, "'");
+  MAGI2_CHECK(o.moe_max_rows >= 1 && o.moe_max_rows < (int64_t{1} << 31),
+              "CUDA backend: the routed rows of one MoE pass must be in [1, 2^31), got ", o.moe_max_rows);
 }
 
 }  // namespace magi2

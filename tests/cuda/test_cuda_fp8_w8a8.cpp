@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -70,6 +71,33 @@ TEST_F(CudaFp8W8a8Test, NearTheCpuW8a8ReferenceAndReplaysBitIdentically) {
     gpu_->moe_experts(p8);
     EXPECT_EQ(count_diff(down(o8), got, "W8A8 run to run"), 0);
     EXPECT_EQ(count_diff(replay_as_graph([&] { gpu_->moe_experts(p8); }, o8), got, "W8A8 graph replay"), 0);
+  }
+}
+
+// FP8 banks through token passes (CudaOptions::moe_max_rows): W8A16 and W8A8
+// give the bytes of one pass.
+TEST_F(CudaFp8W8a8Test, TokenPassesGiveTheSameBytes) {
+  const Case c{600, 256, 1280, 2, 16, 6};  // 7,200 routed rows
+  if (!cuda::MoeW8a8::supports(c.dh, c.de) || !cuda::MoeExpertsRunner::supports(c.dh, c.de, c.k))
+    GTEST_SKIP() << "built without CUTLASS";
+  const test::Fp8ExpertInputs b = fp8_inputs(c, 7);
+  const Shape os{c.t, c.mh * c.dh};
+  auto device_alloc = [](size_t bytes) {
+    void* ptr = nullptr;
+    EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
+    return std::shared_ptr<void>(ptr, [](void* q) { cudaFree(q); });
+  };
+  const auto stream = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
+  for (const Fp8Compute mode : {Fp8Compute::W8A16, Fp8Compute::W8A8}) {
+    Tensor one = poisoned(os, DType::BF16);
+    MoeExpertsParams p = fp8_params(c, b, one, true, mode);
+    gpu_->moe_experts(p);
+    const Tensor ref = down(one);
+    cuda::MoeExpertsRunner runner(device_alloc, 2000);  // 166 tokens a pass: 4 passes, the last 102
+    Tensor o = poisoned(os, DType::BF16);
+    p.out = o;
+    cuda::moe_experts(p, &runner, stream);
+    EXPECT_EQ(count_diff(down(o), ref, mode == Fp8Compute::W8A8 ? "W8A8 passes" : "W8A16 passes"), 0);
   }
 }
 

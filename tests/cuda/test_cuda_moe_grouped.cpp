@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -127,6 +128,37 @@ TEST_F(CudaMoeGroupedTest, SkewedRoutingMatchesTheExactKernel) {
   cuda::moe_experts(pe, nullptr, stream());
   const auto [rel, mx] = error_of(down(og), down(oe), "skewed grouped vs exact");
   EXPECT_LT(rel, 2e-2);
+}
+
+// A call over more rows than CudaOptions::moe_max_rows runs in token passes
+// over one pass's workspace (what lets 540p fit beside the FP8 model); the
+// bytes must not depend on the number of passes, in a graph too.
+TEST_F(CudaMoeGroupedTest, TokenPassesGiveTheSameBytes) {
+  const Shape6 c{1000, 256, 1280, 2, 16, 6};  // 12,000 routed rows
+  if (!cuda::MoeExpertsRunner::supports(c.dh, c.de, c.k)) GTEST_SKIP() << "built without CUTLASS";
+  const Inputs in = inputs(c, 3);
+  Tensor one = gpu_->alloc({c.t, c.mh * c.dh}, DType::BF16);
+  MoeExpertsParams p = device(c, in, one);
+  gpu_->moe_experts(p);  // the default cap: one pass
+  const Tensor ref = down(one);
+  auto device_alloc = [](size_t bytes) {
+    void* ptr = nullptr;
+    EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
+    return std::shared_ptr<void>(ptr, [](void* q) { cudaFree(q); });
+  };
+  // 3,001 rows: 250 tokens a pass (4 passes); 5,000: 334 + 334 + 332; 7: one token a pass.
+  for (const int64_t cap : {int64_t{3001}, int64_t{5000}, int64_t{7}}) {
+    cuda::MoeExpertsRunner runner(device_alloc, cap);
+    std::printf("  cap %lld rows: %lld tokens a pass\n", static_cast<long long>(cap),
+                static_cast<long long>(runner.pass_tokens(c.t, c.mh, c.k)));
+    Tensor o = poisoned({c.t, c.mh * c.dh}, DType::BF16);
+    p.out = o;
+    cuda::moe_experts(p, &runner, stream());
+    EXPECT_EQ(count_diff(down(o), ref, "token passes vs one pass"), 0) << "cap " << cap;
+    if (cap == 5000)
+      EXPECT_EQ(count_diff(replay_as_graph([&] { cuda::moe_experts(p, &runner, stream()); }, o), ref,
+                           "token passes, graph replay"), 0);
+  }
 }
 
 TEST_F(CudaMoeGroupedTest, ReplaysFromACudaGraphAndRefusesToPlanDuringCapture) {

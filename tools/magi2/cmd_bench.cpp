@@ -43,6 +43,7 @@ struct BenchArgs {
   std::string stage = "step", model, write_random;
   std::string fp8_compute = "w8a16";  ///< --fp8-compute: how the FP8 experts compute (w8a16 | w8a8)
   std::string offload = "none";       ///< --offload: none | layerwise (the layers streamed from pinned host memory)
+  int64_t moe_max_rows = CudaOptions::kDefaultMoeMaxRows;  ///< --moe-max-rows: routed rows per grouped-GEMM pass
   int layers = 0, steps = 5, warmup = 1;
   int64_t text_cond = 300, text_uncond = 400;  // the token counts of shared/perf-anchor.md
   bool profile = true;
@@ -405,12 +406,6 @@ int run_bench(const BenchArgs& a) {
                 j.contains("memory") ? str_cat(", device peak ", j["memory"]["peak_allocated_bytes"].get<double>() / 1e9,
                                                " GB allocated").c_str()
                                      : "");
-    if (j.contains("pcie_bytes_per_step"))
-      std::printf("  --offload layerwise: %.2f GB over PCIe per step at %.1f GB/s (%.1f ms of copies), 2 slots of "
-                  "%.2f GB on the device, %.2f GB pinned on the host\n",
-                  j["pcie_bytes_per_step"].get<double>() / 1e9, j["pcie_gb_per_s"].get<double>(),
-                  j["pcie_ms_per_step_at_that_rate"].get<double>(), j["offload_slot_bytes"].get<double>() / 1e9,
-                  j["offload_pinned_host_bytes"].get<double>() / 1e9);
     if (j.contains("components_eager_ms"))
       for (auto& [name, c] : j["components_eager_ms"].items())
         std::printf("  %-22s %10.2f ms  %7.1f TFLOP/s\n", name.c_str(), c["ms"].get<double>(),
@@ -433,7 +428,7 @@ int run_bench(const BenchArgs& a) {
     if (!a.json.empty()) write_file_atomic(a.json, j.dump(2) + "\n");
     return 0;
   }
-  auto be = make_backend_for(a.device, 0, {.attention = a.cuda_attention});
+  auto be = make_backend_for(a.device, 0, {.attention = a.cuda_attention, .moe_max_rows = a.moe_max_rows});
   const DitArch arch = cut_arch(cfg.arch, a.layers);
   const BenchWeights weights = make_bench_weights(a, arch, *be);
   nlohmann::json out = {{"backend", be->name()}, {"config", cfg.source}, {"runs", nlohmann::json::array()}};
@@ -462,6 +457,12 @@ int run_bench(const BenchArgs& a) {
                   j["memory"]["peak_allocated_bytes"].get<double>() / 1e9,
                   j["memory"]["device_used_bytes"].get<double>() / 1e9,
                   j["memory"]["device_total_bytes"].get<double>() / 1e9);
+    if (j.contains("pcie_bytes_per_step"))
+      std::printf("  --offload layerwise: %.2f GB over PCIe per step at %.1f GB/s (%.1f ms of copies), 2 slots of "
+                  "%.2f GB on the device, %.2f GB pinned on the host\n",
+                  j["pcie_bytes_per_step"].get<double>() / 1e9, j["pcie_gb_per_s"].get<double>(),
+                  j["pcie_ms_per_step_at_that_rate"].get<double>(), j["offload_slot_bytes"].get<double>() / 1e9,
+                  j["offload_pinned_host_bytes"].get<double>() / 1e9);
     if (j.contains("components_eager_ms"))
       for (auto& [name, c] : j["components_eager_ms"].items())
         std::printf("  %-22s %10.2f ms  %7.1f TFLOP/s\n", name.c_str(), c["ms"].get<double>(),
@@ -481,6 +482,11 @@ Command bench_command() {
         ->envname("MAGI2_BENCH_CONFIG");
     s->add_option("--device", a.device, "auto, cuda or cpu")->envname("MAGI2_BENCH_DEVICE")->capture_default_str();
     add_cuda_attention_option(s, a.cuda_attention);
+    s->add_option("--moe-max-rows", a.moe_max_rows, "routed rows (tokens x heads x top-k) one routed-experts pass "
+                  "takes on CUDA; more run in token passes (same bytes, less workspace)")
+        ->envname("MAGI2_BENCH_MOE_MAX_ROWS")
+        ->check(CLI::Range(int64_t{1}, (int64_t{1} << 31) - 1))
+        ->capture_default_str();
     s->add_option("--resolutions", a.resolutions, "comma-separated: 272p, 540p")
         ->envname("MAGI2_BENCH_RESOLUTIONS")
         ->capture_default_str();

@@ -136,7 +136,10 @@ Tensor Dit::forward(const DitInputs& in, const DitRunOptions& opt) {
   // --offload layerwise: layer l waits for its slot; its slot refills with layer l + 2 once it is done.
   if (offload_) offload_->begin();
   for (int l = 0; l < arch_.num_layers; ++l) {
-    if (offload_) offload_->before_layer(l);
+    if (offload_) {
+      be_.mark("offload.wait");  // the wait for layer l's copy gets its own region in the profiles
+      offload_->before_layer(l);
+    }
     layer(l, opt);
     if (offload_) offload_->after_layer(l);
   }

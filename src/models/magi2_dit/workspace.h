@@ -10,8 +10,13 @@
 
 namespace magi2 {
 
-/// Every activation of a forward, allocated once for N tokens on the backend.
-/// Layer temporaries are shared by all layers (one layer runs at a time).
+/// Every activation of a forward, allocated once for N tokens on the backend as
+/// one buffer. Layer temporaries are shared by all layers (one layer runs at a
+/// time), and phases that never overlap share one scratch region: the adapters'
+/// h0 and fin, and a layer's attention, dense-MLP and MoE temporaries (the
+/// largest phase sizes it). The mHC streams, the branch input/output, the
+/// routing and the inputs/outputs are never shared. At 540p (115,888 tokens)
+/// this takes 11 GB instead of 33 GB.
 class DitWorkspace {
  public:
   DitWorkspace(const DitArch& a, int64_t n, int64_t c_pad, Backend& be);
@@ -74,7 +79,7 @@ class DitWorkspace {
   Tensor out_p;      ///< [N, 64] f32 (permuted)
   Tensor out;        ///< [N, 64] f32 (original order): what forward returns
 
-  /// Bytes of every activation buffer above (the arena a step needs).
+  /// Bytes of the one buffer the views above live in (the arena a step needs).
   size_t bytes = 0;
 
  private:
