@@ -64,8 +64,12 @@ void Dit::dump(const DitRunOptions& opt, const std::string& name, const Tensor& 
   if (opt.dump) opt.dump(name, unpermute(permuted));
 }
 
-Tensor Dit::stage(const Tensor& t, const Tensor& staging) const {
+Tensor Dit::stage(const Tensor& t, Tensor& staging) const {
   if (t.device() == be_.device()) return t;
+  // Made on the first host input only (an eager call; the denoising loop's
+  // inputs live on the backend and never need it): at 540p x alone is 2.4 GB.
+  if (!staging.defined() || staging.shape() != t.shape() || staging.dtype() != t.dtype())
+    staging = be_.alloc(t.shape(), t.dtype());
   be_.copy({.src = t, .dst = staging});
   return staging;
 }

@@ -84,7 +84,7 @@ class Dit {
   Tensor unpermute(const Tensor& t) const;
   void dump(const DitRunOptions& opt, const std::string& name, const Tensor& permuted) const;
   /// `t` if it is on the backend's device, else `t` copied into `staging`.
-  Tensor stage(const Tensor& t, const Tensor& staging) const;
+  Tensor stage(const Tensor& t, Tensor& staging) const;
 
   DitArch arch_;
   const DitWeights& w_;

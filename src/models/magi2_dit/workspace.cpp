@@ -82,9 +82,6 @@ DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, co
     }
     out_p = L.carve({n, a.out_channels()}, F);
     out = L.carve({n, a.out_channels()}, F);
-    x_in = L.carve({n, c_pad}, F);
-    coords_in = L.carve({n, 9}, F);
-    temb_in = L.carve({n, 64}, F);
   };
   auto adapters = [&](Layout& L) {
     Layout second = L;

@@ -36,7 +36,8 @@ class DitWorkspace {
   Groups groups3;              ///< video / audio / text row ranges (permuted order)
   Groups groups1;              ///< one group of all rows
 
-  // Inputs staged on the backend when the caller passes host tensors.
+  // Inputs staged on the backend when the caller passes host tensors: made by
+  // Dit::forward on the first such call, not counted in `bytes`.
   Tensor x_in;       ///< [N, C_pad] f32
   Tensor coords_in;  ///< [N, 9] f32
   Tensor temb_in;    ///< [N, 64] f32
