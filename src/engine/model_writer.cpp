@@ -73,7 +73,9 @@ uint64_t write_sharded_checkpoint(const std::string& dir, const std::vector<DitT
     total += n;
     shards[shard].push_back(&s);
   }
-  for (const auto& [file, list] : shards) {
+  for (const auto& shard_entry : shards) {  // not a structured binding: clang 14 cannot capture one
+    const std::string& file = shard_entry.first;
+    const auto& list = shard_entry.second;
     std::vector<SafetensorsSpec> st;
     for (const DitTensorSpec* s : list) st.push_back({s->name, s->shape, s->dtype});
     write_safetensors_streamed((fs::path(dir) / file).string(), st, [&](size_t i) { return make(*list[i]); },

@@ -123,7 +123,9 @@ std::vector<std::pair<std::string, Shape>> wan22_vae_tensor_specs(const Wan22Vae
 void write_tiny_wan22_vae(const std::string& path, uint64_t seed, const Wan22VaeLayout& layout) {
   std::vector<std::pair<std::string, Tensor>> tensors;
   for (const auto& [name, shape] : wan22_vae_tensor_specs(layout)) {
-    const auto [mean, sd] = recipe(name, shape);
+    // Plain copies: clang 14 cannot capture structured bindings in the lambda below.
+    const auto r = recipe(name, shape);
+    const double mean = r.first, sd = r.second;
     const uint64_t key = fnv1a(name) ^ seed;
     Tensor t = seeded_tensor(shape, DType::F32, [&](uint64_t i) {
       // Box-Muller, one normal per element (cosine branch) from two uniforms.
