@@ -155,7 +155,12 @@ int run(int argc, char** argv) {
     MAGI2_CUDA_CHECK(cudaMalloc(&p, bytes));
     return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
   };
-  cuda::MoeExpertsRunner runner(dev_alloc);
+  // The routed experts both ways: the fused W13 + SwiGLU7 (MAGI2_MOE_KERNEL=fused)
+  // and the CUTLASS W13 with the separate SwiGLU7 pass (reference).
+  cuda::MoeExpertsRunner runner(dev_alloc, CudaOptions::kDefaultMoeMaxRows,
+                                cuda::MoeExpertsRunner::W13Kernel::kGrouped);
+  cuda::MoeExpertsRunner fused(dev_alloc, CudaOptions::kDefaultMoeMaxRows,
+                               cuda::MoeExpertsRunner::W13Kernel::kFused);
   // The opt-in fast kernels (MAGI2_MHC_KERNEL / MAGI2_ROUTER_KERNEL=fused), timed beside the reference ones.
   cuda::SplitScratch scratch(dev_alloc);
   const cuda::FusedPaths fast{.mhc = true, .router = true, .scratch = &scratch};
@@ -189,6 +194,7 @@ int run(int argc, char** argv) {
       row((p + "routed experts total").c_str(), m[5], f13 + f2, ceiling);
     };
     experts_rows("natural: ", b.stage_ms(runner, ep));
+    experts_rows("natural, fused W13 + SwiGLU7 (gather and SwiGLU7 inside the W13 row): ", b.stage_ms(fused, ep));
 
     // Skewed: forced routing, distinct experts per (head, token), expert 0 of
     // head 0 taking the first route of the first 8,192 tokens.
@@ -207,6 +213,7 @@ int run(int argc, char** argv) {
       fp.forced_idx = fd;
       b.be->moe_route(fp);
       experts_rows("skewed (8,192 rows on one expert): ", b.stage_ms(runner, ep));
+      experts_rows("skewed, fused W13 + SwiGLU7: ", b.stage_ms(fused, ep));
     }
 
     // One mHC boundary pair (logits + pre before a branch, post + residual after).

@@ -30,10 +30,12 @@ fi
 # Configured when new, or when the static FFmpeg appeared or went (only the media
 # library and the links are rebuilt then). CMAKE_PREFIX_PATH puts the prefix's
 # lib/pkgconfig ahead of the system's for pkg-config; -U drops a cached look-up.
+# MAGI2_C_API=ON as scripts/setup.sh configures build/: the same compile flags
+# (position-independent code), so ccache serves the objects build/ compiled.
 if [ ! -f "$build/build.ninja" ] || ! grep -q "^MAGI2_FFMPEG_STATIC:BOOL=$ff_static\$" "$build/CMakeCache.txt"; then
   PKG_CONFIG_PATH="$ff_prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}" \
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
-    -DMAGI2_WITH_SNDFILE=OFF "${ff_opts[@]}" -U '__pkg_config_*FFMPEG' -U 'pkgcfg_lib_FFMPEG_*' >/dev/null
+    -DMAGI2_C_API=ON -DMAGI2_WITH_SNDFILE=OFF "${ff_opts[@]}" -U '__pkg_config_*FFMPEG' -U 'pkgcfg_lib_FFMPEG_*' >/dev/null
 fi
 grep -q "^MAGI2_FFMPEG_STATIC:BOOL=$ff_static\$" "$build/CMakeCache.txt" ||
   { echo "device_check: $build did not take MAGI2_FFMPEG_STATIC=$ff_static" >&2; exit 1; }

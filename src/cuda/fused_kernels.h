@@ -1,6 +1,7 @@
 // The fast kernels of issue 11 for mHC (spec magi2-dit.md §9) and the router
 // (§8.2), selected by MAGI2_MHC_KERNEL and MAGI2_ROUTER_KERNEL (each "fused",
-// the default, or "reference"; docs/cuda.md). Host-only header.
+// the default, or "reference"; docs/cuda.md), and the switch of the routed
+// experts' fused W13 + SwiGLU7 (MAGI2_MOE_KERNEL). Host-only header.
 //
 // - mHC logits: RMSNorm(12288) and the 24 logits of 64 tokens per block on
 //   bf16 tensor cores with a three-term bf16 split of (1 + w) * phi
@@ -48,10 +49,14 @@ class SplitScratch {
   size_t bytes_ = 0;
 };
 
-/// Which kernels an env switch selects: false = "reference" (also when unset),
-/// true = "fused". Read once per process; any other value is an Error naming
-/// the variable. fused_paths.cpp.
-bool fused_selected(const char* env_name);
+/// Which kernels an env switch selects: true = "fused", false = "reference";
+/// unset or empty = `fused_default`. Read once per process (the first call's
+/// default sticks); any other value is an Error naming the variable. The
+/// switches: MAGI2_MHC_KERNEL and MAGI2_ROUTER_KERNEL (default fused), and
+/// MAGI2_MOE_KERNEL (default reference: the CUTLASS W13 GEMM and a separate
+/// SwiGLU7 pass; fused: the routed experts' W13 + SwiGLU7 in one kernel,
+/// moe_w13_swiglu7.h). fused_paths.cpp.
+bool fused_selected(const char* env_name, bool fused_default = true);
 
 /// The fast paths chosen for a backend: which families and the shared scratch.
 struct FusedPaths {

@@ -22,16 +22,16 @@ void* SplitScratch::get(size_t bytes, cudaStream_t s, const char* what) {
   return buf_.get();
 }
 
-bool fused_selected(const char* env_name) {
+bool fused_selected(const char* env_name, bool fused_default) {
   static std::mutex mu;
   static std::map<std::string, bool> seen;
   const std::lock_guard<std::mutex> lock(mu);
   const auto it = seen.find(env_name);
   if (it != seen.end()) return it->second;
   const char* v = std::getenv(env_name);
-  // Fused by default since the H200 run of 2026-12-02 (golden DiT step and
-  // loop within bounds, 272p step 2,054 -> 1,738 ms: docs/perf.md).
-  bool fused = true;
+  // mHC and router: fused by default since the H200 run of 2026-12-02 (golden
+  // DiT step and loop within bounds, 272p step 2,054 -> 1,738 ms: docs/perf.md).
+  bool fused = fused_default;
   if (v != nullptr && *v != '\0') {
     MAGI2_CHECK(std::strcmp(v, "fused") == 0 || std::strcmp(v, "reference") == 0, env_name, "='", v,
                 "': expected 'fused' or 'reference'");

@@ -45,7 +45,13 @@ void moe_route(const MoeRouteParams& p, cudaStream_t s, const FusedPaths* fast =
 /// other rows).
 class MoeExpertsRunner {
  public:
-  explicit MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows = CudaOptions::kDefaultMoeMaxRows);
+  /// Which W13 runs where both apply (d_head 256, d_expert a multiple of 64):
+  /// the fused W13 + SwiGLU7 kernel (moe_w13_swiglu7.h, its rows gathered in
+  /// the kernel) or the CUTLASS W13 grouped GEMM, a separate SwiGLU7 pass and
+  /// gather; kFromEnv: MAGI2_MOE_KERNEL (reference, the default, or fused).
+  enum class W13Kernel { kFromEnv, kFused, kGrouped };
+  explicit MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows = CudaOptions::kDefaultMoeMaxRows,
+                            W13Kernel w13 = W13Kernel::kFromEnv);
   ~MoeExpertsRunner();
   MoeExpertsRunner(const MoeExpertsRunner&) = delete;
   MoeExpertsRunner& operator=(const MoeExpertsRunner&) = delete;
@@ -57,7 +63,8 @@ class MoeExpertsRunner {
   int64_t pass_tokens(int64_t t, int mh, int k) const;
   /// Enqueues the routed experts of checked params on `s`. `mark(i)` (optional,
   /// for benchmarks) is called after stage i is enqueued: 0 sort + gather,
-  /// 1 W13, 2 SwiGLU7, 3 W2, 4 combine.
+  /// 1 W13, 2 SwiGLU7, 3 W2, 4 combine (with the fused W13 + SwiGLU7, stage 1
+  /// holds the gather and SwiGLU7 too, and stage 2 is empty).
   void run(const MoeExpertsParams& p, cudaStream_t s, const std::function<void(int)>& mark = {});
 
  private:
@@ -66,6 +73,7 @@ class MoeExpertsRunner {
   void run_pass(const Pass& ps, cudaStream_t s, const std::function<void(int)>& mark);
   DeviceAlloc alloc_;
   int64_t max_rows_ = 0;
+  W13Kernel w13_ = W13Kernel::kFromEnv;
   std::unique_ptr<Plan> plan_;
 };
 

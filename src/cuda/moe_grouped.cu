@@ -19,10 +19,13 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/block_scan.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
+#include "cuda/fused_kernels.h"
 #include "cuda/mhc_moe.h"
 #include "cuda/moe_gemm.h"
+#include "cuda/moe_w13_swiglu7.h"
 #include "cuda/moe_w8a8.h"
 #include "ops/numerics.h"
 
@@ -71,25 +74,7 @@ __global__ void route_chunk_scan(int32_t* __restrict__ cnt, int mh, int ne, int 
 
 // One block: offsets[f] = sum of total[0 .. f), offsets[F] = all routes.
 __global__ void route_expert_scan(const int32_t* __restrict__ total, int nf, int32_t* __restrict__ offsets) {
-  __shared__ int32_t part[kScanThreads];
-  const int per = (nf + kScanThreads - 1) / kScanThreads;
-  const int b = threadIdx.x * per, e = min(b + per, nf);
-  int32_t s = 0;
-  for (int i = b; i < e; ++i) s += total[i];
-  part[threadIdx.x] = s;
-  __syncthreads();
-  for (int off = 1; off < kScanThreads; off *= 2) {  // inclusive Hillis-Steele scan
-    const int32_t v = threadIdx.x >= off ? part[threadIdx.x - off] : 0;
-    __syncthreads();
-    part[threadIdx.x] += v;
-    __syncthreads();
-  }
-  int32_t run = part[threadIdx.x] - s;
-  for (int i = b; i < e; ++i) {
-    offsets[i] = run;
-    run += total[i];
-  }
-  if (threadIdx.x == kScanThreads - 1) offsets[nf] = part[kScanThreads - 1];
+  block_exclusive_scan<kScanThreads>(nf, [total](int i) { return total[i]; }, offsets);
 }
 
 // Grid (chunks, MH), kChunk threads: each route's row in expert order (-1 for an
@@ -255,13 +240,18 @@ struct MoeExpertsRunner::Plan {
   int mh = 0, ne = 0, k = 0, chunks = 0;
   int64_t max_rows = 0;
   std::shared_ptr<void> cnt, total, offsets, pos, src, xp, hbuf, y;
+  // The fused W13 + SwiGLU7 (moe_w13_swiglu7.h; MAGI2_MOE_KERNEL=fused):
+  // Z [R, DE] in hbuf, read by w2_fused (lda DE); its tile starts.
+  bool fused_w13 = false;
+  std::shared_ptr<void> tile_start;
   std::shared_ptr<void> wdq;  // FP8 experts: two dequantised bf16 banks [F, DH, DE], made on the first FP8 call
   std::unique_ptr<MoeW8a8> w8a8;  // FP8 experts with --fp8-compute w8a8: made on the first such call
   size_t xp_bytes = 0, hbuf_bytes = 0;
-  std::unique_ptr<ExpertGemm> w13, w2;
+  std::unique_ptr<ExpertGemm> w13, w2, w2_fused;
 };
 
-MoeExpertsRunner::MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows) : alloc_(std::move(alloc)), max_rows_(max_rows) {
+MoeExpertsRunner::MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows, W13Kernel w13)
+    : alloc_(std::move(alloc)), max_rows_(max_rows), w13_(w13) {
   MAGI2_CHECK(max_rows_ >= 1, "moe_experts: the routed rows of a pass must be >= 1, got ", max_rows_);
 }
 MoeExpertsRunner::~MoeExpertsRunner() = default;
@@ -309,6 +299,16 @@ void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, i
   p->hbuf_bytes = static_cast<size_t>(p->max_rows * 2 * de) * 2;  // the W8A8 pass borrows these two
   p->y = get(p->max_rows * dh, 4);
 #if MAGI2_HAVE_CUTLASS
+  // Opt-in (MAGI2_MOE_KERNEL=fused): bit-identical to the grouped path on the
+  // H200 but slower there (272p: 14.9 ms against 0.8 + 8.0 + 5.0 ms, docs/perf.md).
+  p->fused_w13 = (w13_ == W13Kernel::kFromEnv ? fused_selected("MAGI2_MOE_KERNEL", false)
+                                              : w13_ == W13Kernel::kFused) &&
+                 moe_w13_swiglu7_supported(dh, de);
+  if (p->fused_w13) {
+    p->tile_start = get(nf + 1, 4);
+    p->w2_fused = make_expert_gemm_f32({.experts = static_cast<int>(nf), .parts = 1, .n = dh, .k = de, .lda = de,
+                                        .ldd = dh}, alloc_);
+  }
   p->w13 = make_expert_gemm_bf16({.experts = static_cast<int>(nf), .parts = 2, .n = de, .k = dh, .lda = dh,
                                   .ldd = 2 * de}, alloc_);
   p->w2 = make_expert_gemm_f32({.experts = static_cast<int>(nf), .parts = 1, .n = dh, .k = de, .lda = 2 * de,
@@ -378,10 +378,14 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
   }
   const auto* r = static_cast<const uint16_t*>(prm.r.data());
   const bool vec = reinterpret_cast<uintptr_t>(r) % 16 == 0 && prm.r.row_stride() % 8 == 0 && dh % 8 == 0;
-  route_gather<<<grid_of(max_rows * 32, 256), 256, 0, s>>>(r, prm.r.row_stride(), mh, dh, i32(p.src),
-                                                           i32(p.offsets), nf, max_rows,
-                                                           static_cast<uint16_t*>(p.xp.get()), vec);
-  MAGI2_CUDA_CHECK_LAUNCH("moe_experts gather");
+  // The fused W13 + SwiGLU7 gathers the rows itself (16-byte copies: aligned rows only).
+  const bool fused = p.fused_w13 && vec;
+  if (!fused) {
+    route_gather<<<grid_of(max_rows * 32, 256), 256, 0, s>>>(r, prm.r.row_stride(), mh, dh, i32(p.src),
+                                                             i32(p.offsets), nf, max_rows,
+                                                             static_cast<uint16_t*>(p.xp.get()), vec);
+    MAGI2_CUDA_CHECK_LAUNCH("moe_experts gather");
+  }
   if (mark) mark(0);
   const bool fp8 = prm.w_gate.dtype() == DType::F8E4M3;
   const int64_t bank = static_cast<int64_t>(nf) * dh * de;  // elements of one bank
@@ -411,6 +415,24 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
     dequant(prm.w_up, prm.w_up_scale, dq1);
   }
   const void* b13[2] = {fp8 ? dq0 : prm.w_gate.data(), fp8 ? dq1 : prm.w_up.data()};
+#if MAGI2_HAVE_CUTLASS
+  if (fused) {
+    moe_w13_swiglu7({.r = r, .ldr = prm.r.row_stride(), .mh = mh, .dh = dh, .de = de, .src = i32(p.src),
+                     .offsets = i32(p.offsets), .nf = nf, .max_rows = max_rows,
+                     .w_gate = static_cast<const uint16_t*>(b13[0]), .w_up = static_cast<const uint16_t*>(b13[1]),
+                     .z = static_cast<uint16_t*>(p.hbuf.get()), .ldz = de, .tile_start = i32(p.tile_start)},
+                    s);
+    if (mark) mark(1);
+    if (mark) mark(2);
+    if (fp8) dequant(prm.w_down, prm.w_down_scale, dq0);
+    const void* b2[1] = {fp8 ? dq0 : prm.w_down.data()};
+    p.w2_fused->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s);
+    if (mark) mark(3);
+    combine();
+    if (mark) mark(4);
+    return;
+  }
+#endif
   p.w13->run(i32(p.offsets), p.xp.get(), b13, p.hbuf.get(), s);
   if (mark) mark(1);
   // Enough resident blocks to fill the GPU; each strides over the rows.
