@@ -3,12 +3,14 @@
 // before any GPU work. The timing itself needs a GPU (docs/cuda.md).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "bench_decode.h"
 #include "core/error.h"
 #include "models/magi2_refiner/config.h"
+#include "ops/ops.h"
 #include "pipeline/refine.h"
 #include "util/cli.h"
 #include "util/testing.h"
@@ -54,6 +56,37 @@ TEST(BenchDecode, ResolutionList) {
   EXPECT_TRUE(test::throws_with([] { cli::parse_decode_resolutions("272p,720p"); }, {"--resolutions", "720p"}));
   EXPECT_TRUE(test::throws_with([] { cli::parse_decode_resolutions("540p,540p"); }, {"--resolutions", "twice"}));
   EXPECT_TRUE(test::throws_with([] { cli::parse_decode_resolutions(","); }, {"--resolutions"}));
+}
+
+// The bench's whole flow (writers, ClipDecoders, the Wan2.2 encoder from a
+// PNG, the entries) at the tiny widths on the CPU: what the GPU run does at
+// the release widths, minus the widths.
+TEST(BenchDecode, TheWholeFlowRunsAtTinyWidths) {
+  auto be = make_cpu_backend();
+  cli::DecodeBenchArgs a{.dir = test::temp_dir("bench_decode"), .resolutions = {"272p"}, .steps = 1, .warmup = 0,
+                         .tiny_widths = true};
+  std::vector<std::string> seen;
+  a.on_entry = [&](const std::string& codec, const nlohmann::json& e) {
+    seen.push_back(codec);
+    EXPECT_GT(e["model_ms"].get<double>(), 0) << codec;
+    EXPECT_GT(e["pipeline_ms"].get<double>(), 0) << codec;
+  };
+  const nlohmann::json j = cli::bench_decode(a, *be);
+  EXPECT_EQ(seen, (std::vector<std::string>{"turbovae", "oobleck", "wan22_encoder"}));
+  ASSERT_EQ(j["turbovae"].size(), 1u);
+  EXPECT_EQ(j["turbovae"][0]["input"], nlohmann::json({1, 48, 32, 16, 28}));
+  EXPECT_EQ(j["turbovae"][0]["output"], nlohmann::json({125, 256, 448, 3}));
+  EXPECT_EQ(j["oobleck"]["input"], nlohmann::json({250, 64}));
+  EXPECT_EQ(j["oobleck"]["output"], nlohmann::json({441000, 2}));
+  ASSERT_EQ(j["wan22_encoder"].size(), 1u);
+  EXPECT_EQ(j["wan22_encoder"][0]["input"], nlohmann::json({3, 256, 448}));
+  EXPECT_EQ(j["wan22_encoder"][0]["output"], nlohmann::json({48, 1, 16, 28}));
+  EXPECT_TRUE(j["turbovae"][0]["peak_allocated_bytes"].is_null());  // device bytes: CUDA only
+  // A CUDA-less backend without tiny_widths is refused before anything is written.
+  a.tiny_widths = false;
+  a.dir = test::temp_dir("bench_decode_cpu");
+  EXPECT_TRUE(test::throws_with([&] { cli::bench_decode(a, *be); }, {"needs the CUDA backend"}));
+  EXPECT_FALSE(std::filesystem::exists(a.dir + "/turbo_vae"));
 }
 
 TEST(BenchDecode, BadArgumentsAreOneLineErrors) {

@@ -118,7 +118,7 @@ std::vector<std::string> parse_decode_resolutions(const std::string& list) {
 }
 
 nlohmann::json bench_decode(const DecodeBenchArgs& a, Backend& be) {
-  MAGI2_CHECK(be.device() == Device::CUDA,
+  MAGI2_CHECK(a.tiny_widths || be.device() == Device::CUDA,
               "bench --stage decode needs the CUDA backend (a GPU and --device auto|cuda): at the release widths the "
               "CPU backend takes minutes per TurboVAE decode");
   MAGI2_CHECK(a.steps >= 1 && a.warmup >= 0, "bench --stage decode: --steps must be >= 1 and --warmup >= 0");
@@ -136,9 +136,13 @@ nlohmann::json bench_decode(const DecodeBenchArgs& a, Backend& be) {
   const std::string wan_pth = (root / "vae" / "Wan2.2_VAE.pth").string();
   std::error_code ec;
   if (!fs::exists(fs::path(tv_dir) / kTurboVaeCheckpointName, ec))
-    write_tiny_turbo_vae(tv_dir, 1, release_turbo_vae_config());
-  if (!fs::exists(fs::path(sao_dir) / "model.safetensors", ec)) write_tiny_sao_vae(sao_dir, 2, kReleaseSaoChannels);
-  if (!fs::exists(wan_pth, ec)) write_tiny_wan22_vae(wan_pth, 3, release_wan22_vae_layout());
+    write_tiny_turbo_vae(tv_dir, 1, a.tiny_widths ? tiny_turbo_vae_config() : release_turbo_vae_config());
+  if (!fs::exists(fs::path(sao_dir) / "model.safetensors", ec))
+    write_tiny_sao_vae(sao_dir, 2, a.tiny_widths ? 4 : kReleaseSaoChannels);
+  if (!fs::exists(wan_pth, ec)) {
+    fs::create_directories(root / "vae", ec);  // the .pth writer expects its folder
+    write_tiny_wan22_vae(wan_pth, 3, a.tiny_widths ? Wan22VaeLayout{} : release_wan22_vae_layout());
+  }
 
   nlohmann::json j = {{"turbovae", nlohmann::json::array()}, {"wan22_encoder", nlohmann::json::array()}};
   {

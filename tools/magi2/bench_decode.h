@@ -49,15 +49,19 @@ struct DecodeBenchArgs {
   std::string dir;
   std::vector<std::string> resolutions = {"272p", "540p"};
   int steps = 3, warmup = 1;
+  /// Tests: the tiny layouts' widths (make-tiny's codecs) instead of the
+  /// release's, so the whole flow runs on the CPU backend in seconds; the
+  /// backend is then not checked. `dir` must not hold release-width codecs.
+  bool tiny_widths = false;
   /// Called with each entry as soon as it is measured (codec "turbovae",
   /// "oobleck" or "wan22_encoder"), so a caller can print it before a later
   /// part fails.
   std::function<void(const std::string& codec, const nlohmann::json& entry)> on_entry;
 };
 
-/// Runs the bench on `be`, which must be a CUDA backend (the CPU backend takes
-/// minutes per TurboVAE decode at these widths: Error saying so, before any
-/// weight is written). Every entry has the input and output shapes, `model_ms`
+/// Runs the bench on `be`, which must be a CUDA backend unless tiny_widths
+/// (the CPU backend takes minutes per TurboVAE decode at the release widths:
+/// Error saying so, before any weight is written). Every entry has the input and output shapes, `model_ms`
 /// (the model alone: TurboVAE's bf16 frames, Oobleck's 2048-per-frame
 /// waveform, the Wan2.2 encoder on ready pixels), `pipeline_ms` (the call the
 /// engine makes: ClipDecoders::decode_frames to uint8 frames, the audio with

@@ -540,8 +540,9 @@ Command bench_command() {
         ->envname("MAGI2_BENCH_REFINER_SIZE")
         ->capture_default_str();
     s->add_option("--decode-dir", a.decode_dir,
-                  "--stage decode: folder for the random-weight codecs (written once; default: the temp folder's "
-                  "magi2-bench-decode)")
+                  "--stage decode: folder for the random-weight codecs in the official layout (turbo_vae/, "
+                  "stable-audio-open-1.0/, vae/Wan2.2_VAE.pth; what is missing is written once; a make-random "
+                  "folder serves; default: the temp folder's magi2-bench-decode)")
         ->envname("MAGI2_BENCH_DECODE_DIR");
     s->add_option("--text-tokens", a.text_tokens, "--stage text: prompt length in tokens (default: 300 and 2000)")
         ->check(CLI::Range(int64_t{1}, int64_t{7000}))
