@@ -5,8 +5,10 @@
 # the side-by-side timing, into the git-ignored folder build-device/ of the
 # checkout the device tool sends, and prints the exact `run` call. On the
 # device, build-device/device_run.sh runs every CUDA test, the bench at 272p and
-# 540p (with MAGI2_FP8_BENCH=1 also the FP8 full-model bench) and the official
-# layers' timing, and writes logs under $OUT.
+# 540p (with MAGI2_FP8_BENCH=1 also the FP8 full-model bench), the codecs (with
+# MAGI2_DECODE_1080P=1 also TurboVAE on the 1080p latent) and the official
+# layers' timing, and writes logs under $OUT. The same bundle runs the prompt ->
+# clip job: bash scripts/device_generate.sh build-device (1080p: see that script).
 # Usage: bash scripts/device_check.sh [BUILD_DIR]   (default: build-dev, configured
 #   here with libsndfile off and the system FFmpeg off: their shared libraries are
 #   ~160 MB, past the 64 MiB the device tool carries; the device image has neither.
@@ -82,12 +84,18 @@ timeout \${MAGI2_REFINER_BENCH_TIMEOUT:-150} ./run.sh ./magi2 bench --stage refi
 # The Qwen3.5-27B text encoder at the release widths, 4 of its 62 feature layers, 300 and 2000 tokens (docs/cuda.md).
 timeout \${MAGI2_TEXT_BENCH_TIMEOUT:-200} ./run.sh ./magi2 bench --stage text --layers 4 --steps 3 --warmup 1 \
   --json "\$OUT/bench_text.json" 2>&1 | tee "\$OUT/bench_text.log"
-# The codecs at the release widths on a 10 s 272p clip (docs/cuda.md "The codecs on the GPU"): cuDNN's conv3d
-# (the default), then our bit-exact kernel (MAGI2_CONV_KERNEL=own, also for test_cuda_decoders). Random weights are written once under /tmp.
-timeout \${MAGI2_DECODE_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --stage decode --steps 3 --warmup 1 \
-  --json "\$OUT/bench_decode.json" 2>&1 | tee "\$OUT/bench_decode.log"
-MAGI2_CONV_KERNEL=own timeout \${MAGI2_DECODE_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --stage decode --steps 1 \
-  --warmup 0 --json "\$OUT/bench_decode_own.json" 2>&1 | tee "\$OUT/bench_decode_own.log"
+# The codecs at the release widths on a 10 s clip (docs/cuda.md "The codecs on the GPU"): TurboVAE at 272p and
+# 540p, Stable Audio Open, the Wan2.2 image encoder, with cuDNN's conv3d (the default); opt-in (MAGI2_DECODE_1080P=1,
+# about a minute more) TurboVAE on the 1080p refined latent (249 frames of 1920x1088) in its own call; then 272p
+# with our bit-exact kernel (MAGI2_CONV_KERNEL=own, also for test_cuda_decoders). Random weights are written once under /tmp.
+timeout \${MAGI2_DECODE_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --stage decode --resolutions 272p,540p --steps 3 \
+  --warmup 1 --json "\$OUT/bench_decode.json" 2>&1 | tee "\$OUT/bench_decode.log"
+if [ -n "\${MAGI2_DECODE_1080P:-}" ]; then
+  timeout \${MAGI2_DECODE_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --stage decode --resolutions 1080p --steps 2 \
+    --warmup 1 --json "\$OUT/bench_decode_1080p.json" 2>&1 | tee "\$OUT/bench_decode_1080p.log"
+fi
+MAGI2_CONV_KERNEL=own timeout \${MAGI2_DECODE_BENCH_TIMEOUT:-300} ./run.sh ./magi2 bench --stage decode \
+  --resolutions 272p --steps 1 --warmup 0 --json "\$OUT/bench_decode_own.json" 2>&1 | tee "\$OUT/bench_decode_own.log"
 MAGI2_CONV_KERNEL=own timeout \${MAGI2_TEST_TIMEOUT:-300} ./run.sh ./test_cuda_decoders > "\$OUT/test_cuda_decoders.own.log" 2>&1
 echo "test_cuda_decoders (MAGI2_CONV_KERNEL=own): exit \$? (\$(grep -E 'PASSED|FAILED' "\$OUT/test_cuda_decoders.own.log" | tr '\n' ' '))"
 # FP8 routed experts, the whole model resident (docs/fp8.md); opt-in: MAGI2_FP8_BENCH=1 (about 2-3 minutes).

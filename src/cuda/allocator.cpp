@@ -79,6 +79,11 @@ size_t DeviceCache::bytes_peak() const {
   return peak_;
 }
 
+void DeviceCache::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  peak_ = in_use_;
+}
+
 size_t DeviceCache::bytes_cached() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cached_;

@@ -30,7 +30,9 @@ class DeviceCache : public std::enable_shared_from_this<DeviceCache> {
 
   size_t bytes_in_use() const;
   size_t bytes_cached() const;
-  size_t bytes_peak() const;  ///< the largest bytes_in_use() so far
+  size_t bytes_peak() const;  ///< the largest bytes_in_use() so far (since the last reset_peak)
+  /// Starts a new peak at bytes_in_use(): a bench reads the peak of one phase.
+  void reset_peak();
 
  private:
   void put(void* p, size_t bytes);

@@ -72,6 +72,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   int ordinal() const { return device_; }
   const DeviceCache& cache() const { return *cache_; }
+  DeviceCache& cache() { return *cache_; }
 
   Tensor alloc(const Shape& shape, DType dtype) override {
     // A buffer taken while a step is being captured would be recorded into the
@@ -347,6 +348,8 @@ void cuda_conv3d_own(Backend& b, const Conv3dParams& p) { cuda::as_cuda(b).conv3
 void cuda_fill_random(Backend& b, const Tensor& t, uint64_t seed, float stddev) {
   cuda::fill_random(t, seed, stddev, cuda::as_cuda(b).stream());
 }
+
+void cuda_reset_memory_peak(Backend& b) { cuda::as_cuda(b).cache().reset_peak(); }
 
 CudaMemoryStats cuda_memory_stats(Backend& b) {
   const cuda::CudaBackend& c = cuda::as_cuda(b);

@@ -58,6 +58,10 @@ struct CudaMemoryStats {
 };
 /// Error unless `b` is a CUDA backend.
 CudaMemoryStats cuda_memory_stats(Backend& b);
+/// Starts a new peak: CudaMemoryStats::peak_in_use becomes the bytes in use
+/// now, so a bench reports the peak of each phase rather than of the run.
+/// Error unless `b` is a CUDA backend.
+void cuda_reset_memory_peak(Backend& b);
 
 /// conv3d through cuDNN on the CUDA backend `b` whatever MAGI2_CONV_KERNEL
 /// says (cuda/conv_runner.h): false when cuDNN does not apply to p (nothing

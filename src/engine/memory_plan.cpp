@@ -31,6 +31,7 @@
 #include "pipeline/denoise_loop.h"
 #include "pipeline/generate.h"
 #include "pipeline/packing.h"
+#include "pipeline/refine.h"
 #if defined(MAGI2_HAVE_CUDA)
 #include "cuda/backend_cuda.h"
 #endif
@@ -441,9 +442,10 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   if (p.refines()) {
     s.read_refiner();
     const RefinerArch& ra = s.rf_cfg.arch;
-    decoded.frames = 2 * ls.frames - 1;
-    decoded.height = p.refiner_height / s.rf_cfg.eval.vae_stride[1];
-    decoded.width = p.refiner_width / s.rf_cfg.eval.vae_stride[2];
+    const RefinedLatentSize rs = refined_latent_size(s.rf_cfg.eval, ls.frames, p.refiner_width, p.refiner_height);
+    decoded.frames = rs.frames;
+    decoded.height = rs.height;
+    decoded.width = rs.width;
     const int64_t n = decoded.frames * decoded.height * decoded.width + std::max(m.prompt_tokens, m.negative_tokens);
     const int64_t c_pad = std::max({ra.video_in_channels, ra.audio_in_channels, ra.text_in_channels});
     const bool rf_gpu = cuda && s.opt.refiner_device == "auto";

@@ -43,6 +43,10 @@ class ClipDecoders {
   /// Errors: a latent shape the decoder cannot take.
   Tensor decode_frames(const Tensor& video_latent) const;
 
+  /// The loaded decoders, for `magi2 bench --stage decode`, which times their parts apart.
+  const TurboVaeDecoder& video() const { return video_; }
+  const OobleckDecoder& audio() const { return audio_; }
+
  private:
   ClipDecoders(TurboVaeDecoder video, OobleckDecoder audio) : video_(std::move(video)), audio_(std::move(audio)) {}
   TurboVaeDecoder video_;

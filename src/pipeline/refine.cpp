@@ -83,6 +83,18 @@ std::vector<float> zero_snr_sigmas() {
   return a;
 }
 
+RefinedLatentSize refined_latent_size(const RefinerEval& eval, int64_t preview_frames, int64_t width_px,
+                                      int64_t height_px) {
+  MAGI2_CHECK(preview_frames >= 1, "refiner: the preview latent has no frame (", preview_frames, ")");
+  MAGI2_CHECK(eval.vae_stride.size() == 3 && eval.vae_stride[1] > 0 && eval.vae_stride[2] > 0,
+              "refiner config: magi2_refiner_vae_stride must be 3 positive numbers");
+  const RefinedLatentSize r{.frames = 2 * preview_frames - 1,
+                            .height = height_px / eval.vae_stride[1],
+                            .width = width_px / eval.vae_stride[2]};
+  MAGI2_CHECK(r.height >= 1 && r.width >= 1, "refiner size ", width_px, "x", height_px, " is below one latent cell");
+  return r;
+}
+
 RefineResult refine_latents(Refiner& model, const RefinerConfig& cfg, const RefineRequest& req) {
   const RefinerArch& arch = model.arch();
   const Tensor& pl = req.preview_latent;
@@ -91,9 +103,8 @@ RefineResult refine_latents(Refiner& model, const RefinerConfig& cfg, const Refi
               pl.defined() ? shape_str(pl.shape()) : std::string("nothing"));
   const int steps = req.num_steps < 0 ? cfg.eval.num_inference_steps : req.num_steps;
   MAGI2_CHECK(steps >= 1 && steps <= 1000, "--refiner-num-inference-steps must be in 1..1000, got ", steps);
-  const int64_t H = req.height_px / cfg.eval.vae_stride[1], W = req.width_px / cfg.eval.vae_stride[2];
-  MAGI2_CHECK(H >= 1 && W >= 1, "refiner size ", req.width_px, "x", req.height_px, " is below one latent cell");
-  const int64_t T = 2 * pl.size(2) - 1;
+  const RefinedLatentSize rs = refined_latent_size(cfg.eval, pl.size(2), req.width_px, req.height_px);
+  const int64_t T = rs.frames, H = rs.height, W = rs.width;
   MAGI2_CHECK(req.text_cond.defined() && req.text_uncond.defined(),
               "refiner text features: both the prompt and the negative-prompt features are required");
   const Tensor tc = drop_batch(req.text_cond), tu = drop_batch(req.text_uncond);

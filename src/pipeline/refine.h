@@ -25,6 +25,23 @@ Tensor resample_trilinear_align_corners(const Tensor& x, int64_t t, int64_t h, i
 /// f32 signal scales, index 0 the cleanest (~1), index 999 exactly 0.
 std::vector<float> zero_snr_sigmas();
 
+/// The refiner's latent grid: frames x height x width cells.
+struct RefinedLatentSize {
+  int64_t frames = 0, height = 0, width = 0;
+};
+
+/// The grid the refiner resamples a preview latent of `preview_frames` frames
+/// to, for a refined picture of width_px x height_px (official
+/// evaluate_magi2_refiner_with_latent; docs/refiner.md §3): 2T-1 frames (the
+/// 25 fps timeline), height_px / vae_stride[1] x width_px / vae_stride[2]
+/// cells (the pixel size rounded down). 10 s at 1080p: T = 32 -> 63 x 68 x 120,
+/// decoded to 249 frames of 1920x1088. The one place refine_latents, the
+/// memory plan and `magi2 bench --stage decode` take this size from.
+/// Errors: preview_frames < 1, a vae_stride without 3 positive entries, a
+/// size below one latent cell.
+RefinedLatentSize refined_latent_size(const RefinerEval& eval, int64_t preview_frames, int64_t width_px,
+                                      int64_t height_px);
+
 /// One refiner request at the latent level.
 struct RefineRequest {
   Tensor preview_latent;  ///< [1, 48, T, h, w] f32: the preview's final latent

@@ -208,7 +208,8 @@ BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend
 
 nlohmann::json bench_one(const BenchArgs& a, const DitArch& arch, const Magi2Config& cfg, const std::string& res,
                          Backend& be, const BenchWeights& bw) {
-  MAGI2_CHECK(res == "272p" || res == "540p", "--resolutions: unknown resolution '", res, "' (272p or 540p)");
+  MAGI2_CHECK(res == "272p" || res == "540p", "--resolutions: unknown resolution '", res,
+              "' for the step bench (272p or 540p; 1080p is the refiner's: --stage refiner, or --stage decode)");
   const LatentShape ls = res == "272p" ? latent_shape_for_clip(10.0, 448, 256) : latent_shape_for_clip(10.0, 896, 512);
   const std::unique_ptr<Dit> dit_owner =
       bw.offload ? std::make_unique<Dit>(arch, *bw.offload, be) : std::make_unique<Dit>(arch, bw.w, be);
@@ -343,25 +344,43 @@ int run_text_bench(const BenchArgs& a) {
   return 0;
 }
 
-// --stage decode: TurboVAE and Oobleck at the release widths (bench_decode.h), CUDA only.
+// One row of the --stage decode table, printed as soon as it is measured.
+void print_decode_entry(const std::string& codec, const nlohmann::json& e) {
+  const char* name = codec == "turbovae" ? "TurboVAE" : codec == "oobleck" ? "Oobleck" : "Wan2.2 encoder";
+  const auto gb = [&](const char* k) { return e.contains(k) && e[k].is_number() ? e[k].get<double>() / 1e9 : 0.0; };
+  std::printf("  %-15s %-10s %-20s %-20s %10.1f %12.1f %10.2f %10.2f\n", name,
+              e["resolution"].get<std::string>().c_str(), e["input"].dump().c_str(), e["output"].dump().c_str(),
+              e["model_ms"].get<double>(), e["pipeline_ms"].get<double>(), gb("weights_bytes"),
+              gb("peak_allocated_bytes"));
+  std::fflush(stdout);
+}
+
+// --stage decode: TurboVAE per resolution, Oobleck once, the Wan2.2 image
+// encoder per preview size, at the release widths (bench_decode.h), CUDA only.
 int run_decode_bench(const BenchArgs& a) {
+  // Checked before the backend starts, so a typo costs no GPU start-up.
+  const std::vector<std::string> res = parse_decode_resolutions(a.resolutions);
   auto be = make_backend_for(a.device, 0, CudaOptions{.attention = a.cuda_attention});
   const std::string dir =
       a.decode_dir.empty() ? (std::filesystem::temp_directory_path() / "magi2-bench-decode").string() : a.decode_dir;
-  nlohmann::json j = bench_decode({.dir = dir, .steps = a.steps, .warmup = a.warmup}, *be);
+  bool header = false;
+  DecodeBenchArgs d{.dir = dir, .resolutions = res, .steps = a.steps, .warmup = a.warmup};
+  d.on_entry = [&](const std::string& codec, const nlohmann::json& e) {
+    if (!header) {
+      std::printf("bench decode (release widths, random weights in %s; MAGI2_CONV_KERNEL picks conv3d's kernel; "
+                  "median of %d after %d warm-up%s; ms of wall time with the host copies):\n",
+                  dir.c_str(), a.steps, a.warmup, a.warmup == 1 ? "" : "s");
+      std::printf("  %-15s %-10s %-20s %-20s %10s %12s %10s %10s\n", "codec", "resolution", "input", "output",
+                  "model ms", "pipeline ms", "weights GB", "peak GB");
+      header = true;
+    }
+    print_decode_entry(codec, e);
+  };
+  nlohmann::json j = bench_decode(d, *be);
   j["backend"] = be->name();
-  const auto& v = j["turbovae"];
-  const auto& au = j["oobleck"];
-  std::printf("bench decode (release widths, random weights in %s; MAGI2_CONV_KERNEL picks conv3d's kernel):\n",
-              dir.c_str());
-  std::printf("  TurboVAE %s -> %s: frames %.1f ms, uint8 %.1f ms (median of %d)\n", v["latent"].dump().c_str(),
-              v["frames"].dump().c_str(), v["decode_frames_ms"].get<double>(), v["decode_uint8_ms"].get<double>(),
-              a.steps);
-  std::printf("  Oobleck %s -> %s: waveform %.1f ms, with the host resample %.1f ms\n", au["latent"].dump().c_str(),
-              au["waveform"].dump().c_str(), au["decode_waveform_ms"].get<double>(),
-              au["decode_with_resample_ms"].get<double>());
-  if (j.contains("peak_allocated_bytes"))
-    std::printf("  device memory peak %.2f GB allocated\n", j["peak_allocated_bytes"].get<double>() / 1e9);
+  std::printf("  model: TurboVAE bf16 frames, Oobleck 51.2 kHz waveform, Wan2.2 encoder on ready pixels; pipeline: "
+              "the engine's call (uint8 frames = decode_video, audio + 44.1 kHz resample = decode_audio, PNG -> "
+              "latent = reference_image)\n");
   std::fflush(stdout);
   if (!a.json.empty()) write_file_atomic(a.json, j.dump(2) + "\n");
   return 0;
@@ -428,16 +447,21 @@ int run_bench(const BenchArgs& a) {
     if (!a.json.empty()) write_file_atomic(a.json, j.dump(2) + "\n");
     return 0;
   }
+  std::vector<std::string> list;
+  for (size_t pos = 0; pos <= a.resolutions.size();) {
+    const size_t comma = std::min(a.resolutions.find(',', pos), a.resolutions.size());
+    const std::string res = a.resolutions.substr(pos, comma - pos);
+    pos = comma + 1;
+    // Checked before the weights are made (minutes at 40 layers), so a typo costs nothing.
+    MAGI2_CHECK(res.empty() || res == "272p" || res == "540p", "--resolutions: unknown resolution '", res,
+                "' for the step bench (272p or 540p; 1080p is the refiner's: --stage refiner, or --stage decode)");
+    if (!res.empty()) list.push_back(res);
+  }
   auto be = make_backend_for(a.device, 0, {.attention = a.cuda_attention, .moe_max_rows = a.moe_max_rows});
   const DitArch arch = cut_arch(cfg.arch, a.layers);
   const BenchWeights weights = make_bench_weights(a, arch, *be);
   nlohmann::json out = {{"backend", be->name()}, {"config", cfg.source}, {"runs", nlohmann::json::array()}};
-  std::string list = a.resolutions;
-  for (size_t pos = 0; pos <= list.size();) {
-    const size_t comma = std::min(list.find(',', pos), list.size());
-    const std::string res = list.substr(pos, comma - pos);
-    pos = comma + 1;
-    if (res.empty()) continue;
+  for (const std::string& res : list) {
     const nlohmann::json j = bench_one(a, arch, cfg, res, *be, weights);
     out["runs"].push_back(j);
     std::printf("bench %s: %lld tokens, %d layers: step %.1f ms median of %d (graph replay; CPU %.3f ms/step), "
@@ -487,7 +511,8 @@ Command bench_command() {
         ->envname("MAGI2_BENCH_MOE_MAX_ROWS")
         ->check(CLI::Range(int64_t{1}, (int64_t{1} << 31) - 1))
         ->capture_default_str();
-    s->add_option("--resolutions", a.resolutions, "comma-separated: 272p, 540p")
+    s->add_option("--resolutions", a.resolutions, "comma-separated: 272p, 540p (--stage decode: also 1080p, the "
+                  "refined latent of a 10 s clip)")
         ->envname("MAGI2_BENCH_RESOLUTIONS")
         ->capture_default_str();
     s->add_option("--layers", a.layers, "first N layers of the config (0: all), layer kinds kept")
@@ -501,8 +526,9 @@ Command bench_command() {
     s->add_option("--json", a.json, "write the results as JSON")->envname("MAGI2_BENCH_JSON");
     s->add_option("--stage", a.stage, "step (the denoising step), load (weights page cache -> device, GB/s), refiner (one "
                   "1080p refiner forward, release width, --layers cut, 300 text tokens) or text (the Qwen3.5-27B "
-                  "text encoder at 300 and 2000 tokens, --layers cut; CUDA only) or decode (TurboVAE and Stable "
-                  "Audio Open at the release widths on a 10 s 272p clip; CUDA only)")
+                  "text encoder at 300 and 2000 tokens, --layers cut; CUDA only) or decode (the codecs at the release "
+                  "widths on a 10 s clip: TurboVAE at each of --resolutions, Stable Audio Open once, the Wan2.2 VAE "
+                  "image encoder at each preview size; CUDA only)")
         ->envname("MAGI2_BENCH_STAGE")
         ->capture_default_str();
     s->add_option("--model", a.model, "--stage load: the model or DiT checkpoint folder to load (config: "
@@ -514,8 +540,9 @@ Command bench_command() {
         ->envname("MAGI2_BENCH_REFINER_SIZE")
         ->capture_default_str();
     s->add_option("--decode-dir", a.decode_dir,
-                  "--stage decode: folder for the random-weight codecs (written once; default: the temp folder's "
-                  "magi2-bench-decode)")
+                  "--stage decode: folder for the random-weight codecs in the official layout (turbo_vae/, "
+                  "stable-audio-open-1.0/, vae/Wan2.2_VAE.pth; what is missing is written once; a make-random "
+                  "folder serves; default: the temp folder's magi2-bench-decode)")
         ->envname("MAGI2_BENCH_DECODE_DIR");
     s->add_option("--text-tokens", a.text_tokens, "--stage text: prompt length in tokens (default: 300 and 2000)")
         ->check(CLI::Range(int64_t{1}, int64_t{7000}))
