@@ -314,6 +314,15 @@ int cuda_device_count() {
   return n;
 }
 
+std::shared_ptr<void> cuda_hold_all_but(size_t budget) {
+  size_t f = 0, t = 0;
+  MAGI2_CUDA_CHECK(cudaMemGetInfo(&f, &t));
+  if (f <= budget) return {};
+  void* p = nullptr;
+  MAGI2_CUDA_CHECK(cudaMalloc(&p, f - budget));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
 bool cuda_memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
   if (device < 0 || device >= cuda_device_count()) return false;
   int prev = 0;

@@ -28,6 +28,13 @@ int cuda_device_count();
 /// context if none exists). False when there is no such GPU (never throws).
 bool cuda_memory_info(int device, size_t* free_bytes, size_t* total_bytes);
 
+/// Holds all of the current GPU's free memory but `budget` bytes (one plain
+/// cudaMalloc of free - budget, freed when the returned handle goes), so that
+/// what runs next can allocate at most `budget` more bytes: how `magi2 bench
+/// --max-device-memory` measures a smaller GPU on a large one. Returns an empty
+/// handle when free <= budget. Error when the reservation cannot be made.
+std::shared_ptr<void> cuda_hold_all_but(size_t budget);
+
 /// The backend's CUDA stream as an opaque `cudaStream_t` (for events and
 /// timing in tests and benchmarks). Error unless `b` is a CUDA backend.
 void* cuda_stream_of(Backend& b);

@@ -568,6 +568,9 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
       return !(cb.should_cancel && cb.should_cancel());
     };
     rf = refine_latents(*s.refiner->model, s.refiner->config, rr);
+    // The decode phase of the plan holds the refiner's weights only: free its
+    // activations now (on the H200 the 1080p decode ran out of memory beside them).
+    s.refiner->model->release_workspace();
     o.refine_ms = ms_since(t_ref);
     o.refiner_steps = static_cast<int>(rf.step_ms.size());
     if (rf.cancelled) {

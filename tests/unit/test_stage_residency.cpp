@@ -141,6 +141,11 @@ TEST(StageResidency, PlannedRefinerActivationsAreWhatAForwardAllocates) {
   Refiner model(rc.arch, w, *be);
   model.forward(plan, Tensor::zeros({layout.tokens(), plan.c_pad}, DType::F32));
   EXPECT_EQ(rf->activations, model.workspace_bytes() + 2 * 4 * static_cast<uint64_t>(layout.tokens()));
+  // What the engine does when the refine phase ends: the decode phase holds the weights only.
+  model.release_workspace();
+  EXPECT_EQ(model.workspace_bytes(), 0u);
+  const Tensor again = model.forward(plan, Tensor::zeros({layout.tokens(), plan.c_pad}, DType::F32));
+  EXPECT_EQ(again.size(0), layout.tokens());
 }
 
 // A CUDA DiT (the text encoder on the host, so only the DiT, the refiner and

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
+#include "engine/memory_plan.h"
 #include "engine/model_files.h"
 #include "models/magi2_dit/dit.h"
 #include "models/magi2_dit/offload.h"
@@ -51,6 +52,7 @@ struct BenchArgs {
   int64_t text_tokens = 0;  ///< --stage text: prompt length (0: 300 and 2000)
   std::string decode_dir;   ///< --stage decode: random-weight codec folders ("": under the temp folder)
   bool full_model = false;  ///< every layer its own expert banks, made on the device (FP8 only)
+  std::string max_device_memory;  ///< --stage step on CUDA: device bytes the bench may take ("" = all)
 };
 
 // The step's weights, made once per run and shared by every resolution.
@@ -457,10 +459,25 @@ int run_bench(const BenchArgs& a) {
                 "' for the step bench (272p or 540p; 1080p is the refiner's: --stage refiner, or --stage decode)");
     if (!res.empty()) list.push_back(res);
   }
+  const uint64_t budget =
+      a.max_device_memory.empty() ? 0 : parse_byte_size(a.max_device_memory, "--max-device-memory");
   auto be = make_backend_for(a.device, 0, {.attention = a.cuda_attention, .moe_max_rows = a.moe_max_rows});
+  // A smaller GPU on this one: everything but the budget is held before the
+  // weights are made, so the run fails with CUDA's out-of-memory if it needs more.
+  std::shared_ptr<void> held;
+  if (budget > 0) {
+    MAGI2_CHECK(be->device() == Device::CUDA, "--max-device-memory needs the CUDA backend for the step bench");
+#if defined(MAGI2_HAVE_CUDA)
+    held = cuda_hold_all_but(budget);
+#endif
+  }
   const DitArch arch = cut_arch(cfg.arch, a.layers);
   const BenchWeights weights = make_bench_weights(a, arch, *be);
   nlohmann::json out = {{"backend", be->name()}, {"config", cfg.source}, {"runs", nlohmann::json::array()}};
+  if (budget > 0) {
+    out["max_device_memory_bytes"] = budget;
+    std::printf("bench: --max-device-memory %.2f GB (the rest of the GPU is held)\n", budget / 1e9);
+  }
   for (const std::string& res : list) {
     const nlohmann::json j = bench_one(a, arch, cfg, res, *be, weights);
     out["runs"].push_back(j);
@@ -506,6 +523,10 @@ Command bench_command() {
         ->envname("MAGI2_BENCH_CONFIG");
     s->add_option("--device", a.device, "auto, cuda or cpu")->envname("MAGI2_BENCH_DEVICE")->capture_default_str();
     add_cuda_attention_option(s, a.cuda_attention);
+    s->add_option("--max-device-memory", a.max_device_memory,
+                  "step bench on CUDA: device bytes the run may take (e.g. 40GiB; the rest of the GPU is held "
+                  "first, so a run that needs more fails with out of memory); default: the whole GPU")
+        ->envname("MAGI2_BENCH_MAX_DEVICE_MEMORY");
     s->add_option("--moe-max-rows", a.moe_max_rows, "routed rows (tokens x heads x top-k) one routed-experts pass "
                   "takes on CUDA; more run in token passes (same bytes, less workspace)")
         ->envname("MAGI2_BENCH_MOE_MAX_ROWS")

@@ -10,49 +10,74 @@
 namespace magi2 {
 
 /// Activations of one layout (packed order = token order; "perm" rows are the
-/// modality order the per-modality weights need: video, audio, text).
+/// modality order the per-modality weights need: video, audio, text). Every
+/// buffer has the token count as its first dimension; they are allocated for
+/// `cap` tokens and viewed at the current layout's n <= cap, so the two CFG
+/// branches (different text lengths) share one allocation instead of freeing
+/// and allocating ~100 GB at 1080p in every forward.
 class RefinerWorkspace {
  public:
-  RefinerWorkspace(const RefinerArch& a, int64_t n, int64_t c_pad, Backend& be) : n(n) {
+  RefinerWorkspace(const RefinerArch& a, int64_t cap, int64_t c_pad, Backend& be)
+      : cap(cap), c_pad(c_pad), d_(a.hidden_size) {
     const int64_t d = a.hidden_size, hd = a.head_dim, hq = a.num_heads_q(), hk = a.num_heads_kv();
     const int64_t im = a.intermediate();
     const DType F = DType::F32, B = DType::BF16;
-    x_p = be.alloc({n, c_pad}, F);
-    coords = be.alloc({n, 9}, F);
-    rope = be.alloc({n, 6 * a.rope_bands()}, F);
-    state = be.alloc({n, d}, F);
-    state_bf = be.alloc({n, d}, B);
-    xn = be.alloc({n, d}, B);
-    qkv = be.alloc({n, (hq + 2 * hk) * hd}, B);
-    g = be.alloc({n, hq}, B);
-    qf = be.alloc({n, hq * hd}, F);
-    kf = be.alloc({n, hk * hd}, F);
-    q = be.alloc({n, hq, hd}, B);
-    k = be.alloc({n, hk, hd}, B);
-    v = be.alloc({n, hk, hd}, B);
-    o = be.alloc({n, hq, hd}, B);
-    o_p = be.alloc({n, hq, hd}, B);
-    branch = be.alloc({n, d}, B);
-    branch_f = be.alloc({n, d}, F);
-    u = be.alloc({n, 2 * im}, B);
-    z = be.alloc({n, im}, B);
+    auto make = [&](Tensor& view, Shape row, DType dt) {
+      row.insert(row.begin(), cap);
+      full_.push_back({&view, be.alloc(row, dt)});
+    };
+    make(x_p, {c_pad}, F);
+    make(coords, {9}, F);
+    make(rope, {6 * a.rope_bands()}, F);
+    make(state, {d}, F);
+    make(state_bf, {d}, B);
+    make(xn, {d}, B);
+    make(qkv, {(hq + 2 * hk) * hd}, B);
+    make(g, {hq}, B);
+    make(qf, {hq * hd}, F);
+    make(kf, {hk * hd}, F);
+    make(q, {hq, hd}, B);
+    make(k, {hk, hd}, B);
+    make(v, {hk, hd}, B);
+    make(o, {hq, hd}, B);
+    make(o_p, {hq, hd}, B);
+    make(branch, {d}, B);
+    make(branch_f, {d}, F);
+    make(u, {2 * im}, B);
+    make(z, {im}, B);
     // The post-adapter's normed rows reuse qf when the widths agree (Hq*hd = D in the release).
-    fin = hq * hd == d ? qf.reshape({n, d}) : be.alloc({n, d}, F);
-    out_p = be.alloc({n, 64}, F);
-    out = be.alloc({n, 64}, F);
+    fin_shares_qf_ = hq * hd == d;
+    if (!fin_shares_qf_) make(fin, {d}, F);
+    make(out_p, {64}, F);
+    make(out, {64}, F);
+    set_rows(cap);
   }
-  int64_t n;
-  /// Every distinct buffer (workspace_bytes).
+  RefinerWorkspace(const RefinerWorkspace&) = delete;
+  RefinerWorkspace& operator=(const RefinerWorkspace&) = delete;
+
+  /// Views every buffer at n <= cap tokens (the modality permutation is the caller's to redo).
+  void set_rows(int64_t rows) {
+    n = rows;
+    for (auto& [view, full] : full_) *view = full.slice_rows(0, rows);
+    if (fin_shares_qf_) fin = qf.reshape({n, d_});
+  }
+  int64_t n = 0;
+  const int64_t cap, c_pad;
+  /// Every distinct allocation, at its full capacity (workspace_bytes).
   std::vector<const Tensor*> all() const {
-    std::vector<const Tensor*> list = {&x_p, &coords, &rope, &state, &state_bf, &xn, &qkv, &g, &qf, &kf, &q, &k,
-                                       &v, &o, &o_p, &branch, &branch_f, &u, &z, &out_p, &out};
-    if (fin.data() != qf.data()) list.push_back(&fin);
+    std::vector<const Tensor*> list;
+    for (const auto& f : full_) list.push_back(&f.second);
     return list;
   }
   Tensor x_p, coords, rope, state, state_bf, xn, qkv, g, qf, kf, q, k, v, o, o_p, branch, branch_f, u, z, fin, out_p, out;
   Tensor perm, inv;  ///< perm[i] = token of modality-order row i; inv[token] = its modality-order row
   Groups groups3, groups1;
   std::vector<int32_t> modality_host, perm_host;
+
+ private:
+  int64_t d_;
+  bool fin_shares_qf_ = false;
+  std::vector<std::pair<Tensor*, Tensor>> full_;  ///< (the view member, its allocation of cap rows)
 };
 
 Refiner::Refiner(const RefinerArch& arch, const RefinerWeights& weights, Backend& backend)
@@ -69,13 +94,17 @@ Refiner::~Refiner() = default;
 void Refiner::prepare(const RefinerPlan& plan) {
   const int64_t n = plan.layout.tokens();
   check_tensor(plan.modality, {n}, DType::I32, "refiner plan modality");
-  if (!ws_ || ws_->n != n || ws_->x_p.size(1) != plan.c_pad) {
+  if (!ws_ || ws_->cap < n || ws_->c_pad != plan.c_pad) {
     ws_.reset();  // free the old layout's buffers before the new ones are allocated
     ws_ = std::make_unique<RefinerWorkspace>(arch_, n, plan.c_pad, be_);
+  } else if (ws_->n != n) {
+    ws_->set_rows(n);  // the other CFG branch: same buffers, fewer tokens
   }
   RefinerWorkspace& ws = *ws_;
   const int32_t* mod = plan.modality.data_as<int32_t>();
-  if (ws.perm.defined() && std::equal(mod, mod + n, ws.modality_host.begin())) return;
+  if (ws.perm.defined() && ws.modality_host.size() == static_cast<size_t>(n) &&
+      std::equal(mod, mod + n, ws.modality_host.begin()))
+    return;
   // Stable counting sort by modality: any permutation gives the same per-token
   // results (every op is row-invariant), a stable one makes it reproducible.
   int64_t count[3] = {0, 0, 0};
@@ -156,6 +185,12 @@ void Refiner::run(const RefinerDump& dump) {
 Tensor Refiner::output() const {
   MAGI2_CHECK(ws_, "Refiner::output before Refiner::load");
   return to_host(be_, ws_->out);
+}
+
+void Refiner::release_workspace() {
+  ws_.reset();
+  plan_q_ = Tensor();
+  plan_k_ = Tensor();
 }
 
 size_t Refiner::workspace_bytes() const {

@@ -44,8 +44,14 @@ class Refiner {
   void load(const RefinerPlan& plan, const Tensor& x);
   void run(const RefinerDump& dump = {});
   Tensor output() const;
-  /// Bytes of the current layout's activations (0 before the first load).
+  /// Bytes of the current layout's activations (0 before the first load and
+  /// after release_workspace).
   size_t workspace_bytes() const;
+  /// Frees the activations (the weights stay bound): the engine calls it when
+  /// the refine phase ends, since the memory plan's decode phase holds only
+  /// the refiner's weights (at 1080p the activations are ~100 GB). The next
+  /// load() plans them again.
+  void release_workspace();
 
   const RefinerArch& arch() const { return arch_; }
   Backend& backend() const { return be_; }
