@@ -415,36 +415,31 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
     dequant(prm.w_up, prm.w_up_scale, dq1);
   }
   const void* b13[2] = {fp8 ? dq0 : prm.w_gate.data(), fp8 ? dq1 : prm.w_up.data()};
+  ExpertGemm* w2 = p.w2.get();
+  if (fused) {  // W13 + SwiGLU7 in one kernel that gathers its rows; Z [R, DE] for w2_fused
 #if MAGI2_HAVE_CUTLASS
-  if (fused) {
     moe_w13_swiglu7({.r = r, .ldr = prm.r.row_stride(), .mh = mh, .dh = dh, .de = de, .src = i32(p.src),
                      .offsets = i32(p.offsets), .nf = nf, .max_rows = max_rows,
                      .w_gate = static_cast<const uint16_t*>(b13[0]), .w_up = static_cast<const uint16_t*>(b13[1]),
                      .z = static_cast<uint16_t*>(p.hbuf.get()), .ldz = de, .tile_start = i32(p.tile_start)},
                     s);
-    if (mark) mark(1);
-    if (mark) mark(2);
-    if (fp8) dequant(prm.w_down, prm.w_down_scale, dq0);
-    const void* b2[1] = {fp8 ? dq0 : prm.w_down.data()};
-    p.w2_fused->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s);
-    if (mark) mark(3);
-    combine();
-    if (mark) mark(4);
-    return;
-  }
 #endif
-  p.w13->run(i32(p.offsets), p.xp.get(), b13, p.hbuf.get(), s);
-  if (mark) mark(1);
-  // Enough resident blocks to fill the GPU; each strides over the rows.
-  const unsigned swiglu_blocks = static_cast<unsigned>(std::min<int64_t>(max_rows, 132 * 16));
-  expert_swiglu7<<<swiglu_blocks, 160, 0, s>>>(static_cast<uint16_t*>(p.hbuf.get()), de, i32(p.offsets), nf,
-                                               max_rows);
-  MAGI2_CUDA_CHECK_LAUNCH("moe_experts swiglu7");
+    w2 = p.w2_fused.get();
+    if (mark) mark(1);
+  } else {
+    p.w13->run(i32(p.offsets), p.xp.get(), b13, p.hbuf.get(), s);
+    if (mark) mark(1);
+    // Enough resident blocks to fill the GPU; each strides over the rows.
+    const unsigned swiglu_blocks = static_cast<unsigned>(std::min<int64_t>(max_rows, 132 * 16));
+    expert_swiglu7<<<swiglu_blocks, 160, 0, s>>>(static_cast<uint16_t*>(p.hbuf.get()), de, i32(p.offsets), nf,
+                                                 max_rows);
+    MAGI2_CUDA_CHECK_LAUNCH("moe_experts swiglu7");
+  }
   if (mark) mark(2);
   // The W13 GEMM is done with dq0 (same stream) before W_down overwrites it.
   if (fp8) dequant(prm.w_down, prm.w_down_scale, dq0);
   const void* b2[1] = {fp8 ? dq0 : prm.w_down.data()};
-  p.w2->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s);
+  w2->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s);
   if (mark) mark(3);
   combine();
   if (mark) mark(4);
