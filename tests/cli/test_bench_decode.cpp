@@ -96,6 +96,11 @@ TEST(BenchDecode, BadArgumentsAreOneLineErrors) {
   // The codecs at the release widths: the CPU backend is refused before any weight is written.
   test::expect_one_line_error(magi2("bench --stage decode --device cpu --decode-dir /nonexistent/x"),
                               "needs the CUDA backend");
+  // --max-device-memory (a smaller GPU on a large one): a bad size, or a backend without a GPU to hold.
+  test::expect_one_line_error(magi2("bench --device cpu --layers 1 --max-device-memory lots"),
+                              "--max-device-memory");
+  test::expect_one_line_error(magi2("bench --device cpu --layers 1 --max-device-memory 40GiB"),
+                              "needs the CUDA backend");
 }
 
 }  // namespace
