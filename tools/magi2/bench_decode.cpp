@@ -104,11 +104,7 @@ DecodeTarget decode_target(const std::string& resolution) {
 std::vector<std::string> parse_decode_resolutions(const std::string& list) {
   std::vector<std::string> out;
   std::set<std::string> seen;
-  for (size_t pos = 0; pos <= list.size();) {
-    const size_t comma = std::min(list.find(',', pos), list.size());
-    const std::string res = list.substr(pos, comma - pos);
-    pos = comma + 1;
-    if (res.empty()) continue;
+  for (const std::string& res : split_commas(list)) {
     (void)decode_target(res);  // the one error for an unknown name
     MAGI2_CHECK(seen.insert(res).second, "--resolutions: '", res, "' is listed twice");
     out.push_back(res);

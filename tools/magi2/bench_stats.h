@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <vector>
 
 namespace magi2::cli {
@@ -19,6 +20,18 @@ inline double ms_since(bench_clock::time_point t) {
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+/// The non-empty items of a comma-separated list, in order ("272p,,540p" ->
+/// {"272p", "540p"}): `--resolutions` of every bench stage.
+inline std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t pos = 0; pos <= list.size();) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    if (comma > pos) out.push_back(list.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
 }
 
 }  // namespace magi2::cli

@@ -210,8 +210,7 @@ BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend
 
 nlohmann::json bench_one(const BenchArgs& a, const DitArch& arch, const Magi2Config& cfg, const std::string& res,
                          Backend& be, const BenchWeights& bw) {
-  MAGI2_CHECK(res == "272p" || res == "540p", "--resolutions: unknown resolution '", res,
-              "' for the step bench (272p or 540p; 1080p is the refiner's: --stage refiner, or --stage decode)");
+  MAGI2_ASSERT(res == "272p" || res == "540p");  // run_bench checked --resolutions
   const LatentShape ls = res == "272p" ? latent_shape_for_clip(10.0, 448, 256) : latent_shape_for_clip(10.0, 896, 512);
   const std::unique_ptr<Dit> dit_owner =
       bw.offload ? std::make_unique<Dit>(arch, *bw.offload, be) : std::make_unique<Dit>(arch, bw.w, be);
@@ -449,16 +448,11 @@ int run_bench(const BenchArgs& a) {
     if (!a.json.empty()) write_file_atomic(a.json, j.dump(2) + "\n");
     return 0;
   }
-  std::vector<std::string> list;
-  for (size_t pos = 0; pos <= a.resolutions.size();) {
-    const size_t comma = std::min(a.resolutions.find(',', pos), a.resolutions.size());
-    const std::string res = a.resolutions.substr(pos, comma - pos);
-    pos = comma + 1;
-    // Checked before the weights are made (minutes at 40 layers), so a typo costs nothing.
-    MAGI2_CHECK(res.empty() || res == "272p" || res == "540p", "--resolutions: unknown resolution '", res,
+  const std::vector<std::string> list = split_commas(a.resolutions);
+  // Checked before the weights are made (minutes at 40 layers), so a typo costs nothing.
+  for (const std::string& res : list)
+    MAGI2_CHECK(res == "272p" || res == "540p", "--resolutions: unknown resolution '", res,
                 "' for the step bench (272p or 540p; 1080p is the refiner's: --stage refiner, or --stage decode)");
-    if (!res.empty()) list.push_back(res);
-  }
   const uint64_t budget =
       a.max_device_memory.empty() ? 0 : parse_byte_size(a.max_device_memory, "--max-device-memory");
   auto be = make_backend_for(a.device, 0, {.attention = a.cuda_attention, .moe_max_rows = a.moe_max_rows});
