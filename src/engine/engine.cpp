@@ -261,9 +261,21 @@ struct Engine::State {
     note("dit", false, planner->dit_weights(), ms_since(t));
   }
 
+  // --offload layerwise with the text encoder on the GPU: its streaming
+  // figures, kept past a sequential residency's release for the metrics.
+  nlohmann::json text_stream;
+  void note_text_stream() {
+    LayerOffload* te = enc ? enc->offload() : nullptr;
+    if (!te) return;
+    const CopyQueueStats st = te->stats();
+    text_stream = {{"pcie_bytes_per_forward", te->bytes_per_forward()}, {"pcie_gb_per_s", st.gb_per_s()},
+                   {"slot_bytes", te->slot_bytes()}, {"pinned_host_bytes", te->pinned_bytes()}};
+  }
+
   void free_text_encoder() {
     if (!enc) return;
     const auto t = Clock::now();
+    note_text_stream();
     enc.reset();
     note("text_encoder", false, planner->text_encoder_weights(), ms_since(t));
   }
@@ -280,7 +292,15 @@ struct Engine::State {
     if (residency == Residency::Sequential) free_dit();  // both do not fit the budget together
     const auto t = Clock::now();
     if (te_dir.empty()) te_dir = find_text_encoder_dir(model.root, config.text_encoder);
-    enc = qwen35::TextEncoder::load(te_dir, config.text_encoder_device == "cpu" ? *be : *dit_be);
+    // --offload layerwise streams the text encoder's layers too, when it runs on the GPU.
+    Backend& te_be = config.text_encoder_device == "cpu" ? *be : *dit_be;
+    std::unique_ptr<CopyQueue> stream;
+    if (te_be.device() != Device::CPU && offload_from_name(config.offload, "--offload") == Offload::Layerwise)
+      stream = copy_queue_for(te_be);
+    std::function<void(size_t, size_t)> progress;
+    if (on_load) progress = [this](size_t done, size_t total) { on_load("text_encoder", done, total); };
+    enc = qwen35::TextEncoder::load(te_dir, te_be, DType::BF16, qwen35::kOfficialSkipLayer, std::move(stream),
+                                    progress);
     MAGI2_CHECK(enc->config().hidden_size == model.config.arch.text_in_channels, "text encoder '", te_dir,
                 "' gives features of width ", enc->config().hidden_size,
                 " but the DiT takes text_in_channels = ", model.config.arch.text_in_channels);
@@ -644,6 +664,9 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
       off["slot_bytes"] = s.offload->slot_bytes();
       off["pinned_host_bytes"] = s.offload->pinned_bytes();
     }
+    // The text encoder's layers stream per prompt forward when it runs on the GPU.
+    s.note_text_stream();
+    if (!s.text_stream.is_null()) off["text_encoder"] = s.text_stream;
     m["offload"] = off;
     // The stage loads and releases of this request (prepare and run), in order.
     nlohmann::json events = nlohmann::json::array();

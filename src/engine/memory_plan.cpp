@@ -208,6 +208,7 @@ struct MemoryPlanner::State {
   std::string backend, root;
   Magi2Config cfg;
   StageMemory dit;  // weights part (request independent)
+  bool layerwise_asked = false;  // --offload layerwise
   bool layerwise = false;  // --offload layerwise with the DiT on CUDA (the CPU backend streams nothing)
   OffloadBytes lw;         // the layerwise layout of the DiT's tensors (for the plan and the advice)
   bool fp8 = false;  // routed experts in FP8 (their CUDA scratch depends on --fp8-compute)
@@ -216,6 +217,7 @@ struct MemoryPlanner::State {
   std::string te_dir;
   qwen35::TextConfig te_cfg;
   uint64_t te_weights = 0;
+  OffloadBytes te_lw;  // the layerwise layout of its bound tensors (--offload layerwise on CUDA)
   bool te_mapped = true;
   std::shared_ptr<const qwen35::Tokenizer> tok;
   // decoders and the image encoder (present when their folders are)
@@ -249,11 +251,17 @@ struct MemoryPlanner::State {
     te_cfg = qwen35::TextConfig::from_file((fs::path(te_dir) / "config.json").string());
     // Bound layers: up to the feature layer hidden_states[-3] (TextEncoder::load).
     const int needed = te_cfg.num_hidden_layers - qwen35::kOfficialSkipLayer;
+    std::vector<std::pair<int, uint64_t>> sizes;
     for (const qwen35::TextTensorSpec& t : qwen35::text_tensor_specs(te_cfg)) {
-      int layer = -1;
-      if (t.name.starts_with("layers.")) layer = std::stoi(t.name.substr(7));
-      if (layer < needed) te_weights += numel_of(t.shape) * 2;  // bf16 as the official torch_dtype
+      const int layer = qwen35::text_layer_of(t.name);
+      if (layer >= needed) continue;
+      // bf16 as the official torch_dtype; the 1-D gains and DeltaNet scalars as
+      // the f32 copies TextWeights::bind makes of them.
+      const uint64_t bytes = numel_of(t.shape) * (t.shape.size() == 1 ? 4 : 2);
+      te_weights += bytes;
+      sizes.emplace_back(layer, bytes);
     }
+    te_lw = offload_bytes_of(sizes);
     const Checkpoint tc = Checkpoint::open(te_dir);
     for (const std::string& n : tc.names())
       if (tc.entry(n).dtype != DType::BF16 && tc.entry(n).shape.size() >= 2) te_mapped = false;
@@ -330,7 +338,8 @@ MemoryPlanner::MemoryPlanner(const EngineOptions& o, const std::string& backend)
   s.dit.weights_mapped = backend != "cuda" && mapped;
   // --offload layerwise (DitOffload): the layers in pinned host memory, two slots + the rest on the GPU.
   s.lw = offload_bytes(specs);
-  s.layerwise = backend == "cuda" && offload_from_name(o.offload, "--offload") == Offload::Layerwise;
+  s.layerwise_asked = offload_from_name(o.offload, "--offload") == Offload::Layerwise;
+  s.layerwise = backend == "cuda" && s.layerwise_asked;
   if (s.layerwise) s.dit.weights = s.lw.device(), s.dit.pinned_host = s.lw.layers;
   s.te = o.encodes_text;
 }
@@ -415,11 +424,18 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   // --text-encoder-device auto puts the text encoder on the DiT's backend (its weights uploaded there).
   const bool te_gpu = cuda && s.opt.text_encoder_device == "auto";
   if (s.te && p.text_features.empty()) {
+    // --offload layerwise streams its layers too when it runs on the GPU.
+    const bool te_lw = te_gpu && s.layerwise_asked;
     StageMemory te{.name = "text_encoder", .backend = te_gpu ? "cuda" : "cpu",
-                   .pool = te_gpu ? MemoryPool::Device : MemoryPool::Host, .weights = s.te_weights,
+                   .pool = te_gpu ? MemoryPool::Device : MemoryPool::Host,
+                   .weights = te_lw ? s.te_lw.device() : s.te_weights, .pinned_host = te_lw ? s.te_lw.layers : 0,
                    .weights_mapped = !te_gpu && s.te_mapped};
     te.activations = text_activations(s.te_cfg, std::max(m.prompt_tokens, m.negative_tokens));
-    te.source = "weights: the layers up to hidden_states[-3] in bf16; activations: formula (one layer's buffers)";
+    te.source = str_cat("weights: the layers up to hidden_states[-3] in bf16 (gains f32)",
+                        te_lw ? str_cat(" (--offload layerwise: embeddings + 2 layer slots of ", format_bytes(s.te_lw.slot),
+                                        " on the device, ", format_bytes(s.te_lw.layers), " of layers in pinned host memory)")
+                              : "",
+                        "; activations: formula (one layer's buffers)");
     m.stages.push_back(te);
   }
   // --decoder-device auto puts the codecs on the DiT's backend (their weights uploaded there).
@@ -620,7 +636,11 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
       would = str_cat("a smaller refined clip (fewer --seconds, a smaller --refiner-width/--refiner-height)",
                       cuda && rf->pool == MemoryPool::Device ? ", --refiner-device cpu" : "");
     } else if (run == te) {
-      would = str_cat("a shorter prompt", cuda && te->pool == MemoryPool::Device ? ", --text-encoder-device cpu" : "");
+      const bool te_dev = cuda && te->pool == MemoryPool::Device;
+      // --offload layerwise is named only when the encode phase fits with the text encoder's layers streamed.
+      const bool lw_fits = te_dev && !s.layerwise_asked && need - te->weights + s.te_lw.device() <= budget;
+      would = str_cat("a shorter prompt", lw_fits ? ", --offload layerwise (text encoder layers streamed from host memory)" : "",
+                      te_dev ? ", --text-encoder-device cpu" : "");
     } else {
       would = str_cat("a smaller clip (fewer --seconds, a lower resolution)",
                       cuda && run->pool == MemoryPool::Device ? ", --decoder-device cpu" : "");

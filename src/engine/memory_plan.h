@@ -31,7 +31,7 @@ struct StageMemory {
   std::string backend;      ///< backend it runs on: "cpu" or "cuda"
   MemoryPool pool = MemoryPool::Host;
   uint64_t weights = 0;      ///< bytes of the weights as the stage holds them (compute dtype), in `pool`
-  /// `--offload layerwise` (dit on CUDA): the streamed layer weights in pinned
+  /// `--offload layerwise` (dit, text_encoder on CUDA): the streamed layer weights in pinned
   /// host memory, counted in the host pool wherever `weights` is counted
   /// (`weights` is then the resident tensors + two layer slots on the device).
   uint64_t pinned_host = 0;

@@ -68,10 +68,11 @@ struct EngineOptions {
   /// "w8a16" (bf16 activations, the default) or "w8a8" (e4m3 activations in
   /// 1 x 128 groups); both backends. DitWeights::fp8_compute, docs/fp8.md.
   std::string fp8_compute = "w8a16";
-  /// Where the DiT's weights live [--offload, env MAGI2_OFFLOAD]: "none" (all
-  /// resident on the device) or "layerwise" (CUDA: the layer weights stay in
-  /// pinned host memory and stream into two device layer slots, overlapped with
-  /// compute; a no-op on the CPU backend). DitOffload, docs/memory.md.
+  /// Where the layer weights of the DiT and of the text encoder live
+  /// [--offload, env MAGI2_OFFLOAD]: "none" (all resident on the device) or
+  /// "layerwise" (CUDA: each model's layer weights stay in pinned host memory
+  /// and stream into two device layer slots, overlapped with compute; a no-op
+  /// for a model on the CPU backend). LayerOffload, docs/memory.md.
   std::string offload = "none";
   /// Kernel choices of the CUDA backend (--cuda-attention); ignored on the CPU.
   CudaOptions cuda;

@@ -114,7 +114,9 @@ TEST(CudaResidency, DitFreedBeforeTheRefinerGivesTheResidentBytes) {
   EXPECT_EQ(dit_reloads, 1) << trace;
   // Resident: the DiT and the refiner load once and are never freed.
   for (const ResidencyEvent& e : kept) {
-    if (e.stage == "dit" || e.stage == "refiner") EXPECT_TRUE(e.loaded) << trace_of(kept);
+    if (e.stage == "dit" || e.stage == "refiner") {
+      EXPECT_TRUE(e.loaded) << trace_of(kept);
+    }
   }
   const auto m = nlohmann::json::parse(read_text_file(dir + "/swap_b.json"));
   EXPECT_TRUE(m.at("memory_plan").at("refiner_swaps_dit").get<bool>());

@@ -1,4 +1,4 @@
-// `--offload layerwise` on the CPU (models/magi2_dit/offload.h): the option,
+// `--offload layerwise` of the DiT on the CPU (models/magi2_dit/offload.h): the option,
 // the slot layout against the memory plan's formula, the copy schedule (one
 // copy per layer, fences in the designed order) and the streamed forward's
 // bytes against the resident forward, through a synchronous memcpy queue (the
@@ -21,27 +21,13 @@
 #include "io/mmap_file.h"
 #include "models/magi2_dit/offload.h"
 #include "tiny_request.h"
+#include "util/memcpy_queue.h"
 #include "util/testing.h"
 
 namespace magi2 {
 namespace {
 
-// Copies at once and logs every call: w (wait_compute), c (copy), s<f> (signal), cw<f> (compute_wait).
-class MemcpyQueue final : public CopyQueue {
- public:
-  std::vector<std::string> log;
-  size_t bytes = 0;
-  Tensor alloc_host(const Shape& shape, DType dtype) override { return Tensor::zeros(shape, dtype); }
-  void wait_compute() override { log.push_back("w"); }
-  void copy(void* dst, const void* src, size_t n) override {
-    std::memcpy(dst, src, n);
-    bytes += n;
-    log.push_back("c");
-  }
-  void signal(int f) override { log.push_back(str_cat("s", f)); }
-  void compute_wait(int f) override { log.push_back(str_cat("cw", f)); }
-  CopyQueueStats stats() override { return {.bytes = bytes, .ms = 0, .copies = log.size()}; }
-};
+using test::MemcpyQueue;
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "bench_stats.h"
@@ -11,8 +12,10 @@
 #include "models/qwen35/text_config.h"
 #include "models/qwen35/text_model.h"
 #include "models/qwen35/text_weights.h"
+#include "ops/layer_offload.h"
 #if defined(MAGI2_HAVE_CUDA)
 #include "cuda/backend_cuda.h"
+#include "cuda/copy_queue.h"
 #endif
 
 namespace magi2::cli {
@@ -55,7 +58,7 @@ nlohmann::json bench_text(const TextBenchArgs& a, Backend& be) {
   // gated-norm gain 1, the other gains and DeltaNet scalars 0.
   const auto t_w = bench_clock::now();
   uint64_t weight_bytes = 0, seed = 31;
-  const qwen35::TextWeights w = qwen35::TextWeights::generate(
+  qwen35::TextWeights w = qwen35::TextWeights::generate(
       cfg, DType::BF16, layers, [&](const std::string& name, const Shape& shape, DType dt) -> Tensor {
         Tensor t = be.alloc(shape, dt);
         weight_bytes += t.nbytes();
@@ -68,11 +71,19 @@ nlohmann::json bench_text(const TextBenchArgs& a, Backend& be) {
         } else {
           be.zero(t);
         }
-        return t;
+        // --offload layerwise streams from host memory: the drawn tensor moves there.
+        return a.offload ? to_host(be, t) : t;
       });
   be.synchronize();
   const double weights_ms = ms_since(t_w);
-  const qwen35::TextModel model(cfg, w, be, layers - 1);
+  std::unique_ptr<LayerOffload> offload;
+#if defined(MAGI2_HAVE_CUDA)
+  if (a.offload) {
+    offload = std::make_unique<LayerOffload>(w.bound_layer_tensors(cfg), be, cuda_copy_queue(be, 2), "text encoder");
+    w = w.to_backend_streamed(cfg, be, *offload);
+  }
+#endif
+  const qwen35::TextModel model(cfg, w, be, layers - 1, offload.get());
 
   nlohmann::json runs = nlohmann::json::array();
   for (const int64_t n : a.tokens) {
@@ -121,7 +132,16 @@ nlohmann::json bench_text(const TextBenchArgs& a, Backend& be) {
                       {"feature_layers", feature_layers},
                       {"weights_bytes", weight_bytes},
                       {"weights_generate_ms", weights_ms},
+                      {"offload", offload ? "layerwise" : "none"},
                       {"runs", runs}};
+  if (offload) {
+    // The eager forwards' copies: every layer once per forward.
+    const CopyQueueStats st = offload->stats();
+    j["pcie_bytes_per_forward"] = offload->bytes_per_forward();
+    j["pcie_gb_per_s"] = st.gb_per_s();
+    j["offload_slot_bytes"] = offload->slot_bytes();
+    j["offload_pinned_host_bytes"] = offload->pinned_bytes();
+  }
 #if defined(MAGI2_HAVE_CUDA)
   const CudaMemoryStats m = cuda_memory_stats(be);
   j["memory"] = {{"peak_allocated_bytes", m.peak_in_use}, {"device_total_bytes", m.device_total}};

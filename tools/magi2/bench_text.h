@@ -20,6 +20,9 @@ struct TextBenchArgs {
   std::vector<int64_t> tokens = {300, 2000};
   int steps = 3, warmup = 1;
   bool profile = true;
+  /// --offload layerwise: the layers stream from pinned host memory through
+  /// two device slots (LayerOffload); the JSON then has the PCIe bytes and rate.
+  bool offload = false;
 };
 
 /// Runs the bench on `be`, which must be a CUDA backend (the CPU backend
@@ -27,7 +30,7 @@ struct TextBenchArgs {
 /// token count: forward milliseconds (median, eager: the text encoder runs
 /// once per prompt), the FLOP by component and TFLOP/s, the time scaled to the
 /// 62 feature layers, per-region eager times when profiling; weight and peak
-/// device bytes. Errors: bad arguments, no CUDA backend, a device failure.
+/// device bytes; with `offload` the host -> device bytes per forward and GB/s. Errors: bad arguments, no CUDA backend, a device failure.
 nlohmann::json bench_text(const TextBenchArgs& a, Backend& be);
 
 }  // namespace magi2::cli

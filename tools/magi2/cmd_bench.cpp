@@ -321,7 +321,8 @@ nlohmann::json bench_one(const BenchArgs& a, const DitArch& arch, const Magi2Con
 int run_text_bench(const BenchArgs& a) {
   MAGI2_CHECK(a.text_tokens >= 0, "--text-tokens must be >= 1, got ", a.text_tokens);
   auto be = make_backend_for(a.device, 0);
-  TextBenchArgs t{.layers = a.layers, .steps = a.steps, .warmup = a.warmup, .profile = a.profile};
+  TextBenchArgs t{.layers = a.layers, .steps = a.steps, .warmup = a.warmup, .profile = a.profile,
+                  .offload = offload_from_name(a.offload, "--offload") == Offload::Layerwise};
   if (a.text_tokens > 0) t.tokens = {a.text_tokens};
   nlohmann::json j = bench_text(t, *be);
   j["backend"] = be->name();
@@ -340,6 +341,11 @@ int run_text_bench(const BenchArgs& a) {
   }
   if (j.contains("memory"))
     std::printf("  device memory peak %.2f GB allocated\n", j["memory"]["peak_allocated_bytes"].get<double>() / 1e9);
+  if (j.contains("pcie_bytes_per_forward"))
+    std::printf("  --offload layerwise: %.2f GB over PCIe per forward at %.1f GB/s, 2 slots of %.2f GB, %.2f GB "
+                "pinned\n",
+                j["pcie_bytes_per_forward"].get<double>() / 1e9, j["pcie_gb_per_s"].get<double>(),
+                j["offload_slot_bytes"].get<double>() / 1e9, j["offload_pinned_host_bytes"].get<double>() / 1e9);
   std::fflush(stdout);
   if (!a.json.empty()) write_file_atomic(a.json, j.dump(2) + "\n");
   return 0;

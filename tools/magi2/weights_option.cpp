@@ -60,9 +60,10 @@ CLI::Option* add_fp8_compute_option(CLI::App* app, std::string& dst) {
 
 CLI::Option* add_offload_option(CLI::App* app, std::string& dst) {
   return add_choice(app, "--offload", dst,
-                    "where the DiT's weights live: none (all on the device) or layerwise (CUDA: the layer weights "
-                    "stay in pinned host memory and stream into two device layer slots while the previous layer "
-                    "computes; accepted and does nothing on the CPU backend)",
+                    "where the layer weights of the DiT and the text encoder live: none (all on the device) or "
+                    "layerwise (CUDA: each model's layer weights stay in pinned host memory and stream into two "
+                    "device layer slots while the previous layer computes; accepted and does nothing for a model "
+                    "on the CPU backend)",
                     {"none", "layerwise"}, "MAGI2_OFFLOAD");
 }
 

@@ -26,7 +26,9 @@ Tensor special_token(const Tensor& features, const std::vector<int64_t>& indices
   return features.dtype() == DType::F32 ? f : f.to(features.dtype());
 }
 
-std::unique_ptr<TextEncoder> TextEncoder::load(const std::string& dir, Backend& be, DType dtype, int skip_layer) {
+std::unique_ptr<TextEncoder> TextEncoder::load(const std::string& dir, Backend& be, DType dtype, int skip_layer,
+                                               std::unique_ptr<CopyQueue> stream,
+                                               const std::function<void(size_t, size_t)>& progress) {
   MAGI2_CHECK(fs::is_directory(dir), "text encoder folder '", dir, "' does not exist");
   const fs::path cfg_path = fs::path(dir) / "config.json";
   MAGI2_CHECK(fs::is_regular_file(cfg_path), "text encoder folder '", dir, "' has no config.json");
@@ -37,9 +39,16 @@ std::unique_ptr<TextEncoder> TextEncoder::load(const std::string& dir, Backend& 
   MAGI2_CHECK(skip_layer >= 0 && out_layer >= 0, "text encoder config '", cfg_path.string(),
               "': ", e->cfg_.num_hidden_layers, " layers cannot give hidden_states[-", skip_layer + 1, "]");
   e->ckpt_ = Checkpoint::open(dir);
-  e->w_ = TextWeights::bind(e->ckpt_, e->cfg_, dtype, out_layer + 1).to_backend(e->cfg_, be);
+  const TextWeights host = TextWeights::bind(e->ckpt_, e->cfg_, dtype, out_layer + 1);
+  if (stream) {
+    e->offload_ =
+        std::make_unique<LayerOffload>(host.bound_layer_tensors(e->cfg_), be, std::move(stream), "text encoder", progress);
+    e->w_ = host.to_backend_streamed(e->cfg_, be, *e->offload_);
+  } else {
+    e->w_ = host.to_backend(e->cfg_, be, progress);
+  }
   e->tok_ = Tokenizer::load(dir);
-  e->model_ = std::make_unique<TextModel>(e->cfg_, e->w_, be, out_layer);
+  e->model_ = std::make_unique<TextModel>(e->cfg_, e->w_, be, out_layer, e->offload_.get());
   return e;
 }
 

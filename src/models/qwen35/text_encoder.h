@@ -6,6 +6,7 @@
 // §2.2-2.7.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -45,11 +46,17 @@ class TextEncoder {
   /// F32 = fp32 reference (weights upcast once). On a device backend the
   /// bound weights are uploaded once (TextWeights::to_backend) and the
   /// forward runs there; features come back to the host. Only the layers up to the
-  /// feature layer (num_hidden_layers - 1 - skip_layer) run. Errors: one line
-  /// naming the file/tensor at fault (see TextConfig, TextWeights::bind,
-  /// Tokenizer::load).
+  /// feature layer (num_hidden_layers - 1 - skip_layer) run. With `stream`
+  /// (`--offload layerwise` on a device: the backend's copy queue) those
+  /// layers stay in pinned host memory and stream through two device slots
+  /// per forward (LayerOffload); the features are the same bytes. `progress`
+  /// (optional): bytes pinned so far and in all. Errors: one line naming the
+  /// file/tensor at fault (see TextConfig, TextWeights::bind, Tokenizer::load,
+  /// LayerOffload).
   static std::unique_ptr<TextEncoder> load(const std::string& dir, Backend& be, DType dtype = DType::BF16,
-                                           int skip_layer = kOfficialSkipLayer);
+                                           int skip_layer = kOfficialSkipLayer,
+                                           std::unique_ptr<CopyQueue> stream = nullptr,
+                                           const std::function<void(size_t, size_t)>& progress = {});
 
   /// prepare_prompt (I2VA augmentation when `i2v`, normalisation, tokenise with
   /// truncation at opt.max_length) then the forward; when `i2v` also the
@@ -66,12 +73,15 @@ class TextEncoder {
   const Tokenizer& tokenizer() const { return *tok_; }
   const TextWeights& weights() const { return w_; }
   const std::string& dir() const { return dir_; }
+  /// The layer streaming of `--offload layerwise`, or null when the layers are resident.
+  LayerOffload* offload() const { return offload_.get(); }
 
  private:
   TextEncoder() = default;
   std::string dir_;
   TextConfig cfg_;
   Checkpoint ckpt_;
+  std::unique_ptr<LayerOffload> offload_;  // before w_ and model_: they view its slots
   TextWeights w_;
   std::shared_ptr<const Tokenizer> tok_;
   std::unique_ptr<TextModel> model_;

@@ -6,10 +6,13 @@
 
 namespace magi2::qwen35 {
 
-TextModel::TextModel(const TextConfig& cfg, const TextWeights& w, Backend& be, int output_layer)
-    : cfg_(cfg), w_(w), be_(be), output_layer_(output_layer) {
+TextModel::TextModel(const TextConfig& cfg, const TextWeights& w, Backend& be, int output_layer,
+                     LayerOffload* offload)
+    : cfg_(cfg), w_(w), be_(be), output_layer_(output_layer), offload_(offload) {
   MAGI2_CHECK(output_layer >= 0 && output_layer < w.num_bound_layers, "text model: output layer ", output_layer,
               " is not among the ", w.num_bound_layers, " bound layers");
+  MAGI2_CHECK(!offload || offload->num_layers() > static_cast<size_t>(output_layer), "text model: the layer offload "
+              "holds ", offload ? offload->num_layers() : 0, " layers, the forward runs ", output_layer + 1);
   // Qwen3_5TextRotaryEmbedding default init, in fp32: base ** (arange(0, dim, 2) / dim).
   const int rot = cfg.rotary_dim();
   std::vector<float> inv(static_cast<size_t>(rot / 2));
@@ -48,8 +51,10 @@ Tensor TextModel::forward(const std::vector<int64_t>& ids, const TextTrace& obse
   emit("embed_tokens", -1, h);
   Tensor xn = be_.alloc({len, d}, dt), mix = be_.alloc({len, d}, dt);
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  if (offload_) offload_->begin();  // layers 0 and 1 on their way into the slots
   for (int l = 0; l <= output_layer_; ++l) {
     const TextLayerWeights& L = w_.layers[l];
+    if (offload_) offload_->before_layer(l);
     be_.mark("text.norm_add");  // profiling regions (Backend::mark; no-ops unless profiling)
     be_.rms_norm({.x = h, .w = L.input_layernorm, .y = xn, .groups = Groups::single(len), .eps = eps});
     emit("input_layernorm", l, xn);
@@ -66,6 +71,7 @@ Tensor TextModel::forward(const std::vector<int64_t>& ids, const TextTrace& obse
     emit("mlp_out", l, mix);
     be_.mark("text.norm_add");
     be_.add({.a = h, .b = mix, .out = h});
+    if (offload_) offload_->after_layer(l);  // layer l + 2 into the slot once layer l's ops are done
     emit("layer_out", l, h);
   }
   return h;

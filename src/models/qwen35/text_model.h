@@ -36,8 +36,12 @@ using TextTrace = std::function<void(const std::string& name, int layer, const T
 class TextModel {
  public:
   /// `output_layer`: the last layer run; its output is returned.
-  /// Error if output_layer >= weights.num_bound_layers.
-  TextModel(const TextConfig& cfg, const TextWeights& w, Backend& be, int output_layer);
+  /// `offload` (optional, `--offload layerwise`): the layers of `w` are its
+  /// slot views (TextWeights::to_backend_streamed) and each forward streams
+  /// them; it must outlive the model. Error if output_layer >=
+  /// weights.num_bound_layers, or the offload holds fewer layers than run.
+  TextModel(const TextConfig& cfg, const TextWeights& w, Backend& be, int output_layer,
+            LayerOffload* offload = nullptr);
 
   /// hidden state after layer `output_layer` for token ids [L] (L >= 1):
   /// a new [L, D] tensor in the compute dtype on the backend's device (the
@@ -60,6 +64,7 @@ class TextModel {
   const TextWeights& w_;
   Backend& be_;
   int output_layer_;
+  LayerOffload* offload_;
   Tensor inv_freq_;  ///< [rotary_dim/2] f32, 1 / theta^(2i/rotary_dim) in fp32 as transformers
 };
 

@@ -149,13 +149,14 @@ TextWeights TextWeights::generate(const TextConfig& cfg, DType dtype, int num_la
   return w;
 }
 
-TextWeights TextWeights::to_backend(const TextConfig& cfg, Backend& be,
-                                    const std::function<void(size_t, size_t)>& progress) const {
-  TextWeights out = *this;
-  if (be.device() == Device::CPU) return out;
+namespace {
+
+// to_backend's upload of the tensors `pick` selects (bound, defined, not yet on the device).
+void upload(const TextConfig& cfg, Backend& be, TextWeights& out, const std::function<bool(int layer)>& pick,
+            const std::function<void(size_t, size_t)>& progress) {
   std::vector<CopyParams> copies;
   visit_text_tensors(cfg, &out, [&](const std::string& name, const Shape&, Kind, int layer, Tensor* t) {
-    if (layer >= num_bound_layers || !t->defined() || t->device() == be.device()) return;
+    if (layer >= out.num_bound_layers || !pick(layer) || !t->defined() || t->device() == be.device()) return;
     const Tensor src = t->is_contiguous() ? *t : t->clone();
     Tensor d;
     try {
@@ -168,7 +169,51 @@ TextWeights TextWeights::to_backend(const TextConfig& cfg, Backend& be,
     *t = d;
   });
   be.copy_many(copies, progress);
+}
+
+}  // namespace
+
+TextWeights TextWeights::to_backend(const TextConfig& cfg, Backend& be,
+                                    const std::function<void(size_t, size_t)>& progress) const {
+  TextWeights out = *this;
+  if (be.device() == Device::CPU) return out;
+  upload(cfg, be, out, [](int) { return true; }, progress);
   return out;
+}
+
+std::vector<OffloadLayer> TextWeights::bound_layer_tensors(const TextConfig& cfg) const {
+  std::vector<OffloadLayer> out(static_cast<size_t>(num_bound_layers));
+  TextWeights view = *this;  // visit_text_tensors hands out mutable slots; nothing is written
+  visit_text_tensors(cfg, &view, [&](const std::string& name, const Shape&, Kind, int layer, Tensor* t) {
+    if (layer >= 0 && layer < num_bound_layers) out[static_cast<size_t>(layer)].emplace_back(name, *t);
+  });
+  return out;
+}
+
+TextWeights TextWeights::to_backend_streamed(const TextConfig& cfg, Backend& be, const LayerOffload& off) const {
+  MAGI2_CHECK(off.num_layers() == static_cast<size_t>(num_bound_layers), "text encoder: the layer offload holds ",
+              off.num_layers(), " layers, the weights bind ", num_bound_layers);
+  TextWeights out = *this;
+  upload(cfg, be, out, [](int layer) { return layer < 0; }, {});
+  std::vector<size_t> next(static_cast<size_t>(num_bound_layers), 0);
+  visit_text_tensors(cfg, &out, [&](const std::string& name, const Shape&, Kind, int layer, Tensor* t) {
+    if (layer < 0 || layer >= num_bound_layers) return;
+    const std::vector<Tensor>& views = off.layer(static_cast<size_t>(layer));
+    size_t& i = next[static_cast<size_t>(layer)];
+    MAGI2_CHECK(i < views.size(), "text encoder: the layer offload has no tensor for ", name);
+    *t = views[i++];
+  });
+  for (int l = 0; l < num_bound_layers; ++l)
+    MAGI2_CHECK(next[static_cast<size_t>(l)] == off.layer(static_cast<size_t>(l)).size(),
+                "text encoder: the layer offload's layer ", l, " holds other tensors than the weights bind");
+  return out;
+}
+
+int text_layer_of(const std::string& name) {
+  if (!starts_with(name, "layers.")) return -1;
+  const size_t dot = name.find('.', 7);
+  if (dot == std::string::npos || dot == 7) return -1;
+  return std::stoi(name.substr(7, dot - 7));
 }
 
 }  // namespace magi2::qwen35

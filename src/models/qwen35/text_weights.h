@@ -9,6 +9,7 @@
 
 #include "io/checkpoint.h"
 #include "models/qwen35/text_config.h"
+#include "ops/layer_offload.h"
 #include "ops/ops.h"
 
 namespace magi2::qwen35 {
@@ -77,6 +78,15 @@ struct TextWeights {
   /// gets `*this`. Error naming the tensor when the device cannot hold it.
   TextWeights to_backend(const TextConfig& cfg, Backend& be,
                          const std::function<void(size_t done, size_t total)>& progress = {}) const;
+
+  /// `--offload layerwise` (TextEncoder::load): the tensors of the bound
+  /// layers, layer by layer in the binder's order, named as in the plain layout.
+  std::vector<OffloadLayer> bound_layer_tensors(const TextConfig& cfg) const;
+  /// A copy whose bound layers compute from `off`'s device views (made from
+  /// bound_layer_tensors) and whose other compute tensors (embed_tokens,
+  /// norm) are uploaded as to_backend does. Errors: those of to_backend, or an
+  /// Error when `off` was not made from these layers (layer or tensor counts).
+  TextWeights to_backend_streamed(const TextConfig& cfg, Backend& be, const LayerOffload& off) const;
 };
 
 /// Expected tensor of the plain layout: name, shape (released in bf16).
@@ -88,5 +98,8 @@ struct TextTensorSpec {
 /// Every tensor of a Qwen3_5TextModel with `cfg`, plain layout, module order
 /// (used by the binder and by `magi2 make-tiny`).
 std::vector<TextTensorSpec> text_tensor_specs(const TextConfig& cfg);
+
+/// The layer of a plain-layout name ("layers.<l>.*"), or -1 (embed_tokens, norm).
+int text_layer_of(const std::string& name);
 
 }  // namespace magi2::qwen35
