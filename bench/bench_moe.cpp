@@ -161,6 +161,8 @@ int run(int argc, char** argv) {
                                 cuda::MoeExpertsRunner::W13Kernel::kGrouped);
   cuda::MoeExpertsRunner fused(dev_alloc, CudaOptions::kDefaultMoeMaxRows,
                                cuda::MoeExpertsRunner::W13Kernel::kFused);
+  cuda::MoeExpertsRunner epilogue(dev_alloc, CudaOptions::kDefaultMoeMaxRows,
+                                  cuda::MoeExpertsRunner::W13Kernel::kEpilogue);
   // The opt-in fast kernels (MAGI2_MHC_KERNEL / MAGI2_ROUTER_KERNEL=fused), timed beside the reference ones.
   cuda::SplitScratch scratch(dev_alloc);
   const cuda::FusedPaths fast{.mhc = true, .router = true, .scratch = &scratch};
@@ -195,6 +197,7 @@ int run(int argc, char** argv) {
     };
     experts_rows("natural: ", b.stage_ms(runner, ep));
     experts_rows("natural, fused W13 + SwiGLU7 (gather and SwiGLU7 inside the W13 row): ", b.stage_ms(fused, ep));
+    experts_rows("natural, SwiGLU7 in the gate GEMM's epilogue (inside the W13 row): ", b.stage_ms(epilogue, ep));
 
     // Skewed: forced routing, distinct experts per (head, token), expert 0 of
     // head 0 taking the first route of the first 8,192 tokens.

@@ -1,7 +1,7 @@
 // The fast kernels of issue 11 for mHC (spec magi2-dit.md §9) and the router
 // (§8.2), selected by MAGI2_MHC_KERNEL and MAGI2_ROUTER_KERNEL (each "fused",
 // the default, or "reference"; docs/cuda.md), and the switch of the routed
-// experts' fused W13 + SwiGLU7 (MAGI2_MOE_KERNEL). Host-only header.
+// experts' fused W13 + SwiGLU7 (MAGI2_MOE_KERNEL=fused). Host-only header.
 //
 // - mHC logits: RMSNorm(12288) and the 24 logits of 64 tokens per block on
 //   bf16 tensor cores with a three-term bf16 split of (1 + w) * phi
@@ -52,10 +52,9 @@ class SplitScratch {
 /// Which kernels an env switch selects: true = "fused", false = "reference";
 /// unset or empty = `fused_default`. Read once per process (the first call's
 /// default sticks); any other value is an Error naming the variable. The
-/// switches: MAGI2_MHC_KERNEL and MAGI2_ROUTER_KERNEL (default fused), and
-/// MAGI2_MOE_KERNEL (default reference: the CUTLASS W13 GEMM and a separate
-/// SwiGLU7 pass; fused: the routed experts' W13 + SwiGLU7 in one kernel,
-/// moe_w13_swiglu7.h). fused_paths.cpp.
+/// switches: MAGI2_MHC_KERNEL and MAGI2_ROUTER_KERNEL (default fused).
+/// MAGI2_MOE_KERNEL has three values and its own reader
+/// (MoeExpertsRunner::W13Kernel, mhc_moe.h). fused_paths.cpp.
 bool fused_selected(const char* env_name, bool fused_default = true);
 
 /// The fast paths chosen for a backend: which families and the shared scratch.

@@ -45,11 +45,16 @@ void moe_route(const MoeRouteParams& p, cudaStream_t s, const FusedPaths* fast =
 /// other rows).
 class MoeExpertsRunner {
  public:
-  /// Which W13 runs where both apply (d_head 256, d_expert a multiple of 64):
-  /// the fused W13 + SwiGLU7 kernel (moe_w13_swiglu7.h, its rows gathered in
-  /// the kernel) or the CUTLASS W13 grouped GEMM, a separate SwiGLU7 pass and
-  /// gather; kFromEnv: MAGI2_MOE_KERNEL (reference, the default, or fused).
-  enum class W13Kernel { kFromEnv, kFused, kGrouped };
+  /// Which W13 runs: kGrouped, the CUTLASS W13 grouped GEMM (gate and up)
+  /// then a separate SwiGLU7 pass; kEpilogue, the up GEMM then the gate GEMM
+  /// with SwiGLU7 in its epilogue (the gate never written: the same bytes as
+  /// kGrouped); kFused, where it applies (d_head 256, d_expert a multiple of
+  /// 64), our fused W13 + SwiGLU7 kernel (moe_w13_swiglu7.h, its rows gathered
+  /// in the kernel). kFromEnv: MAGI2_MOE_KERNEL = reference (kGrouped), epilogue
+  /// or fused; unset: w13_kernel_default().
+  enum class W13Kernel { kFromEnv, kFused, kGrouped, kEpilogue };
+  /// What kFromEnv gives without MAGI2_MOE_KERNEL.
+  static W13Kernel w13_kernel_default();
   explicit MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows = CudaOptions::kDefaultMoeMaxRows,
                             W13Kernel w13 = W13Kernel::kFromEnv);
   ~MoeExpertsRunner();
@@ -64,7 +69,8 @@ class MoeExpertsRunner {
   /// Enqueues the routed experts of checked params on `s`. `mark(i)` (optional,
   /// for benchmarks) is called after stage i is enqueued: 0 sort + gather,
   /// 1 W13, 2 SwiGLU7, 3 W2, 4 combine (with the fused W13 + SwiGLU7, stage 1
-  /// holds the gather and SwiGLU7 too, and stage 2 is empty).
+  /// holds the gather and SwiGLU7 too, and stage 2 is empty; with the SwiGLU7
+  /// epilogue stage 1 holds both W13 GEMMs and stage 2 is empty).
   void run(const MoeExpertsParams& p, cudaStream_t s, const std::function<void(int)>& mark = {});
 
  private:

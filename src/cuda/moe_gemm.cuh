@@ -1,13 +1,17 @@
 // The one CUTLASS configuration of the expert-bank grouped GEMM (moe_gemm.h),
-// included by one .cu file per output type: sm90 ptr-array grouped GEMM,
-// cooperative warp-specialised, 128 x 256 x 64 tiles, 2 x 1 clusters (the best
-// of the configurations measured at the release shapes, ../shared/cuda-design.md),
-// bf16 operands (A row-major, B [k, n] row-major as the checkpoint stores the
-// banks), fp32 accumulation, no C operand. Needs -DNDEBUG and sm_90a.
+// included by one .cu file per output type and epilogue: sm90 ptr-array
+// grouped GEMM, cooperative warp-specialised, 128 x 256 x 64 tiles, 2 x 1
+// clusters (the best of the configurations measured at the release shapes,
+// ../shared/cuda-design.md), bf16 operands (A row-major, B [k, n] row-major as
+// the checkpoint stores the banks), fp32 accumulation. Epilogue: D =
+// accumulator (no C operand), or with kSwiglu7 D = bf16(swiglu7(bf16(acc), C))
+// where C is the up projection the previous GEMM wrote next to D (an EVT: the
+// gate never leaves the registers). Needs -DNDEBUG and sm_90a.
 #pragma once
 
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 #include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cutlass/gemm/dispatch_policy.hpp>
@@ -20,7 +24,9 @@
 #include "core/error.h"
 #include "cuda/cuda_common.h"
 #include "cuda/cutlass_grouped.cuh"
+#include "cuda/device_fp.cuh"
 #include "cuda/moe_gemm.h"
+#include "ops/numerics.h"
 
 namespace magi2::cuda::moe_gemm {
 
@@ -32,7 +38,40 @@ using cute::_128;
 using cute::_256;
 using cute::make_shape;
 
+// SwiGLU7 of the routed experts (moe_grouped.cu's expert_swiglu7, the same
+// rounding points): the gate accumulator rounded to bf16 (as W13's output),
+// the up value already bf16 (C), the SFU sigmoid; the epilogue rounds Z to bf16.
+template <class T>
+struct Swiglu7Fn {
+  CUTLASS_HOST_DEVICE T operator()(T const& g, T const& u) const { return one(g, u); }
+  CUTLASS_DEVICE static float one(float g, float u) {
+    return swiglu7_f32(dev::bf16_to_f32(dev::f32_to_bf16(g)), u, [](float x) { return dev::sigmoid_fast_f32(x); });
+  }
+};
+template <class T, int N>
+struct Swiglu7Fn<cutlass::Array<T, N>> {
+  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& g, cutlass::Array<T, N> const& u) const {
+    cutlass::Array<T, N> z;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < N; ++i) z[i] = Swiglu7Fn<float>::one(g[i], u[i]);
+    return z;
+  }
+};
+
+template <class ElementD, bool kSwiglu7>
+struct Epilogue {  // D = accumulator
+  using ElementC = void;
+  using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
+};
 template <class ElementD>
+struct Epilogue<ElementD, true> {  // D = swiglu7(bf16(accumulator), C)
+  using ElementC = cutlass::bfloat16_t;
+  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<Swiglu7Fn, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,
+      cutlass::epilogue::fusion::Sm90AccFetch, cutlass::epilogue::fusion::Sm90SrcFetch<cutlass::bfloat16_t>>;
+};
+
+template <class ElementD, bool kSwiglu7 = false>
 struct Config {
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
   using ElementA = cutlass::bfloat16_t;
@@ -44,11 +83,12 @@ struct Config {
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
   using TileShape = cute::Shape<_128, _256, _64>;
   using ClusterShape = cute::Shape<_2, _1, _1>;
+  using Epi = Epilogue<ElementD, kSwiglu7>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlignD, ElementD, LayoutD*,
-      kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, typename Epi::ElementC, LayoutD*, kAlignD,
+      ElementD, LayoutD*, kAlignD, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+      typename Epi::Fusion>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlignA, ElementB, LayoutB*, kAlignB,
       float, TileShape, ClusterShape,
@@ -60,17 +100,20 @@ struct Config {
   using StrideA = typename Kernel::InternalStrideA;
   using StrideB = typename Kernel::InternalStrideB;
   using StrideD = typename Kernel::InternalStrideD;
+  using StrideC = typename Kernel::InternalStrideC;
   using Shape3 = typename ProblemShape::UnderlyingProblemShape;
 };
 
 // Per-group arrays, filled on the device from the expert offsets (no host sync).
+// With the SwiGLU7 epilogue (pc non-null) C is the n columns after D's.
 template <class C, class ElementD>
 __global__ void fill_groups(const int32_t* __restrict__ offsets, int experts, int parts, int n, int k, int64_t lda,
                             int64_t ldd, const cutlass::bfloat16_t* a, const cutlass::bfloat16_t* b0,
                             const cutlass::bfloat16_t* b1, ElementD* d, typename C::Shape3* shapes,
                             const cutlass::bfloat16_t** pa, const cutlass::bfloat16_t** pb, ElementD** pd,
                             typename C::StrideA* sa, typename C::StrideB* sb, typename C::StrideD* sd,
-                            typename C::StrideA va, typename C::StrideB vb, typename C::StrideD vd) {
+                            typename C::StrideA va, typename C::StrideB vb, typename C::StrideD vd,
+                            const cutlass::bfloat16_t** pc, typename C::StrideC* sc, typename C::StrideC vc) {
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= experts * parts) return;
   const int f = g / parts, s = g % parts;
@@ -82,11 +125,16 @@ __global__ void fill_groups(const int32_t* __restrict__ offsets, int experts, in
   sa[g] = va;
   sb[g] = vb;
   sd[g] = vd;
+  if (pc != nullptr) {
+    pc[g] = reinterpret_cast<const cutlass::bfloat16_t*>(d + row * ldd + static_cast<int64_t>(s + 1) * n);
+    sc[g] = vc;
+  }
 }
 
-template <class ElementD>
+template <class ElementD, bool kSwiglu7 = false>
 class Runner final : public ExpertGemm {
-  using C = Config<ElementD>;
+  using C = Config<ElementD, kSwiglu7>;
+  static_assert(!kSwiglu7 || sizeof(ElementD) == 2, "the SwiGLU7 epilogue reads its C from D's bf16 buffer");
 
  public:
   Runner(const ExpertGemmShape& sh, const DeviceAlloc& alloc) : sh_(sh) {
@@ -94,6 +142,9 @@ class Runner final : public ExpertGemm {
                 "expert GEMM: bad shape");
     MAGI2_CHECK(sh.n % 8 == 0 && sh.k % 8 == 0 && sh.lda % 8 == 0 && sh.ldd % C::kAlignD == 0,
                 "expert GEMM: widths must be multiples of 8 (n ", sh.n, ", k ", sh.k, ")");
+    MAGI2_CHECK(!kSwiglu7 || (sh.parts == 1 && sh.ldd >= 2 * sh.n),
+                "expert GEMM with the SwiGLU7 epilogue: one bank, and D rows hold the up values after D (ldd ", sh.ldd,
+                ", n ", sh.n, ")");
     groups_ = sh.experts * sh.parts;
     const size_t g = static_cast<size_t>(groups_);
     auto take = [&](size_t bytes) {
@@ -108,6 +159,11 @@ class Runner final : public ExpertGemm {
     sa_ = static_cast<typename C::StrideA*>(take(g * sizeof(typename C::StrideA)));
     sb_ = static_cast<typename C::StrideB*>(take(g * sizeof(typename C::StrideB)));
     sd_ = static_cast<typename C::StrideD*>(take(g * sizeof(typename C::StrideD)));
+    if constexpr (kSwiglu7) {
+      pc_ = static_cast<const cutlass::bfloat16_t**>(take(g * sizeof(void*)));
+      sc_ = static_cast<typename C::StrideC*>(take(g * sizeof(typename C::StrideC)));
+      vc_ = cutlass::make_cute_packed_stride(typename C::StrideC{}, make_shape(1, static_cast<int>(sh.ldd), 1));
+    }
     // Packed strides with the given leading dimensions (the batch extent is 1).
     va_ = cutlass::make_cute_packed_stride(typename C::StrideA{}, make_shape(1, static_cast<int>(sh.lda), 1));
     vb_ = cutlass::make_cute_packed_stride(typename C::StrideB{}, make_shape(static_cast<int>(sh.n),
@@ -115,13 +171,20 @@ class Runner final : public ExpertGemm {
     vd_ = cutlass::make_cute_packed_stride(typename C::StrideD{}, make_shape(1, static_cast<int>(sh.ldd), 1));
     const cutlass::KernelHardwareInfo hw = current_device_hw_info<typename C::Kernel>();
     typename C::Gemm::Arguments args;
-    decltype(args.epilogue.thread) fusion;
-    set_plain_epilogue(fusion);
-    args = typename C::Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGrouped,
-                                       {groups_, shapes_, nullptr},
-                                       {pa_, sa_, pb_, sb_},
-                                       {fusion, nullptr, nullptr, pd_, sd_},
-                                       hw};
+    decltype(args.epilogue.thread) fusion{};
+    if constexpr (!kSwiglu7) set_plain_epilogue(fusion);  // the EVT has no arguments
+    if constexpr (kSwiglu7)
+      args = typename C::Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGrouped,
+                                         {groups_, shapes_, nullptr},
+                                         {pa_, sa_, pb_, sb_},
+                                         {fusion, pc_, sc_, pd_, sd_},
+                                         hw};
+    else
+      args = typename C::Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGrouped,
+                                         {groups_, shapes_, nullptr},
+                                         {pa_, sa_, pb_, sb_},
+                                         {fusion, nullptr, nullptr, pd_, sd_},
+                                         hw};
     MAGI2_CHECK(gemm_.can_implement(args) == cutlass::Status::kSuccess, "expert GEMM: CUTLASS cannot run n ", sh.n,
                 ", k ", sh.k);
     const size_t ws = C::Gemm::get_workspace_size(args);
@@ -135,7 +198,7 @@ class Runner final : public ExpertGemm {
         offsets, sh_.experts, sh_.parts, static_cast<int>(sh_.n), static_cast<int>(sh_.k), sh_.lda, sh_.ldd,
         static_cast<const cutlass::bfloat16_t*>(a), static_cast<const cutlass::bfloat16_t*>(b[0]),
         static_cast<const cutlass::bfloat16_t*>(sh_.parts > 1 ? b[1] : b[0]), static_cast<ElementD*>(d), shapes_,
-        pa_, pb_, pd_, sa_, sb_, sd_, va_, vb_, vd_);
+        pa_, pb_, pd_, sa_, sb_, sd_, va_, vb_, vd_, pc_, sc_, vc_);
     MAGI2_CUDA_CHECK_LAUNCH("expert GEMM arrays");
     MAGI2_CHECK(gemm_.run(s) == cutlass::Status::kSuccess, "expert GEMM: CUTLASS launch failed");
     MAGI2_CUDA_CHECK_LAUNCH("expert GEMM");
@@ -155,6 +218,9 @@ class Runner final : public ExpertGemm {
   typename C::StrideA va_{};
   typename C::StrideB vb_{};
   typename C::StrideD vd_{};
+  const cutlass::bfloat16_t** pc_ = nullptr;  // the SwiGLU7 epilogue's C (the up values)
+  typename C::StrideC* sc_ = nullptr;
+  typename C::StrideC vc_{};
   typename C::Gemm gemm_;
 };
 

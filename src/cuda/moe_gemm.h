@@ -41,6 +41,13 @@ class ExpertGemm {
 /// bf16 output (W13: gate and up). Throws magi2::Error when CUTLASS cannot
 /// implement the shape (alignment: k, n, lda, ldd multiples of 8). moe_gemm_bf16.cu.
 std::unique_ptr<ExpertGemm> make_expert_gemm_bf16(const ExpertGemmShape& shape, const DeviceAlloc& alloc);
+/// bf16 output through the SwiGLU7 epilogue (W13's gate half, after the up
+/// half was written): one bank (parts 1, b[0] = the gate bank), and D_g [m_f, n]
+/// = bf16(swiglu7(bf16(A_f B[f]), U)) where U [m_f, n] are the n bf16 columns
+/// right after D_g's in the same rows of `d` (ldd >= 2n), with the SFU sigmoid
+/// as expert_swiglu7. The gate never goes to memory. Errors as
+/// make_expert_gemm_bf16, or a shape that breaks that layout. moe_gemm_swiglu7.cu.
+std::unique_ptr<ExpertGemm> make_expert_gemm_swiglu7(const ExpertGemmShape& shape, const DeviceAlloc& alloc);
 /// fp32 output (W2: the routing weight is applied in fp32 by the combine). moe_gemm_f32.cu.
 std::unique_ptr<ExpertGemm> make_expert_gemm_f32(const ExpertGemmShape& shape, const DeviceAlloc& alloc);
 

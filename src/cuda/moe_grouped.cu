@@ -1,7 +1,8 @@
 // Routed experts as grouped GEMMs (spec magi2-dit.md §8.3-8.4): a counting
 // sort of the routes into flat-expert order, a gather of the routed rows, the
-// W13 grouped GEMM (gate and up), SwiGLU7 in place, the W2 grouped GEMM (fp32
-// out) and the deterministic combine. Everything stays on the device (no host
+// W13 grouped GEMMs (by default the up GEMM, then the gate GEMM with SwiGLU7
+// in its epilogue; or gate and up in one GEMM and SwiGLU7 in place), the W2
+// grouped GEMM (fp32 out) and the deterministic combine. Everything stays on the device (no host
 // sync), so a planned call is capturable into a CUDA graph.
 //
 // Order and determinism: expert f's rows are its routes (t, j) in ascending
@@ -18,6 +19,8 @@
 // (moe_w8a8.h: quantising gather, FP8 grouped GEMMs) and share the combine.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/block_scan.cuh"
 #include "cuda/cuda_common.h"
@@ -243,12 +246,38 @@ struct MoeExpertsRunner::Plan {
   // The fused W13 + SwiGLU7 (moe_w13_swiglu7.h; MAGI2_MOE_KERNEL=fused):
   // Z [R, DE] in hbuf, read by w2_fused (lda DE); its tile starts.
   bool fused_w13 = false;
+  // SwiGLU7 in the gate GEMM's epilogue (W13Kernel::kEpilogue): w13_up writes
+  // U into hbuf's second half, w13_gate then Z into its first.
+  bool epilogue_w13 = false;
+  std::unique_ptr<ExpertGemm> w13_up, w13_gate;
   std::shared_ptr<void> tile_start;
   std::shared_ptr<void> wdq;  // FP8 experts: two dequantised bf16 banks [F, DH, DE], made on the first FP8 call
   std::unique_ptr<MoeW8a8> w8a8;  // FP8 experts with --fp8-compute w8a8: made on the first such call
   size_t xp_bytes = 0, hbuf_bytes = 0;
   std::unique_ptr<ExpertGemm> w13, w2, w2_fused;
 };
+
+namespace {
+
+// MAGI2_MOE_KERNEL, read once: reference | epilogue | fused (unset: the default).
+MoeExpertsRunner::W13Kernel w13_kernel_from_env() {
+  using K = MoeExpertsRunner::W13Kernel;
+  static const K k = [] {
+    const char* v = std::getenv("MAGI2_MOE_KERNEL");
+    if (v == nullptr || *v == '\0') return MoeExpertsRunner::w13_kernel_default();
+    if (std::strcmp(v, "reference") == 0) return K::kGrouped;
+    if (std::strcmp(v, "epilogue") == 0) return K::kEpilogue;
+    if (std::strcmp(v, "fused") == 0) return K::kFused;
+    throw Error(str_cat("MAGI2_MOE_KERNEL='", v, "': expected 'reference', 'epilogue' or 'fused'"));
+  }();
+  return k;
+}
+
+}  // namespace
+
+// The SwiGLU7 epilogue since the H200 run of 2026-12-04: the grouped path's
+// bytes, routed experts 18.1 -> 16.9 ms a MoE layer at 272p (docs/perf.md).
+MoeExpertsRunner::W13Kernel MoeExpertsRunner::w13_kernel_default() { return W13Kernel::kEpilogue; }
 
 MoeExpertsRunner::MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows, W13Kernel w13)
     : alloc_(std::move(alloc)), max_rows_(max_rows), w13_(w13) {
@@ -301,9 +330,15 @@ void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, i
 #if MAGI2_HAVE_CUTLASS
   // Opt-in (MAGI2_MOE_KERNEL=fused): bit-identical to the grouped path on the
   // H200 but slower there (272p: 14.9 ms against 0.8 + 8.0 + 5.0 ms, docs/perf.md).
-  p->fused_w13 = (w13_ == W13Kernel::kFromEnv ? fused_selected("MAGI2_MOE_KERNEL", false)
-                                              : w13_ == W13Kernel::kFused) &&
-                 moe_w13_swiglu7_supported(dh, de);
+  const W13Kernel w13 = w13_ == W13Kernel::kFromEnv ? w13_kernel_from_env() : w13_;
+  p->fused_w13 = w13 == W13Kernel::kFused && moe_w13_swiglu7_supported(dh, de);
+  p->epilogue_w13 = w13 == W13Kernel::kEpilogue;
+  if (p->epilogue_w13) {
+    p->w13_up = make_expert_gemm_bf16({.experts = static_cast<int>(nf), .parts = 1, .n = de, .k = dh, .lda = dh,
+                                       .ldd = 2 * de}, alloc_);
+    p->w13_gate = make_expert_gemm_swiglu7({.experts = static_cast<int>(nf), .parts = 1, .n = de, .k = dh,
+                                            .lda = dh, .ldd = 2 * de}, alloc_);
+  }
   if (p->fused_w13) {
     p->tile_start = get(nf + 1, 4);
     p->w2_fused = make_expert_gemm_f32({.experts = static_cast<int>(nf), .parts = 1, .n = dh, .k = de, .lda = de,
@@ -425,6 +460,10 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
                     s);
 #endif
     w2 = p.w2_fused.get();
+    if (mark) mark(1);
+  } else if (p.epilogue_w13) {  // U into hbuf[:, de:], then Z = swiglu7(gate, U) into hbuf[:, :de]
+    p.w13_up->run(i32(p.offsets), p.xp.get(), &b13[1], static_cast<uint16_t*>(p.hbuf.get()) + de, s);
+    p.w13_gate->run(i32(p.offsets), p.xp.get(), &b13[0], p.hbuf.get(), s);
     if (mark) mark(1);
   } else {
     p.w13->run(i32(p.offsets), p.xp.get(), b13, p.hbuf.get(), s);

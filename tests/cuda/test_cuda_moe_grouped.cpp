@@ -155,9 +155,10 @@ TEST_F(CudaMoeGroupedTest, TokenPassesGiveTheSameBytes) {
     p.out = o;
     cuda::moe_experts(p, &runner, stream());
     EXPECT_EQ(count_diff(down(o), ref, "token passes vs one pass"), 0) << "cap " << cap;
-    if (cap == 5000)
+    if (cap == 5000) {
       EXPECT_EQ(count_diff(replay_as_graph([&] { cuda::moe_experts(p, &runner, stream()); }, o), ref,
                            "token passes, graph replay"), 0);
+    }
   }
 }
 
@@ -191,6 +192,34 @@ TEST_F(CudaMoeGroupedTest, FusedW13MatchesTheGroupedGemm) {
       EXPECT_LT(rel, 4e-3);
       cuda::moe_experts(p, &fused, stream());
       EXPECT_EQ(count_diff(down(of), got, "fused run to run"), 0);
+    }
+  }
+}
+
+// SwiGLU7 in the gate GEMM's epilogue (W13Kernel::kEpilogue): the same GEMM
+// tiles and rounding points as the grouped W13 + the SwiGLU7 pass, so the same
+// bytes; skewed routing, partial tiles and experts without rows included;
+// every output element written (poisoned).
+TEST_F(CudaMoeGroupedTest, Swiglu7EpilogueGivesTheGroupedBytes) {
+  for (const Shape6 c : {Shape6{1000, 256, 1280, 2, 16, 6}, Shape6{300, 64, 192, 3, 40, 2}}) {
+    if (!cuda::MoeExpertsRunner::supports(c.dh, c.de, c.k)) GTEST_SKIP() << "built without CUTLASS";
+    for (const int hot : {-1, 3}) {
+      std::printf("[T=%lld d_expert=%lld hot=%d]\n", static_cast<long long>(c.t), static_cast<long long>(c.de), hot);
+      const Inputs in = inputs(c, hot);
+      auto device_alloc = [](size_t bytes) {
+        void* ptr = nullptr;
+        EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
+        return std::shared_ptr<void>(ptr, [](void* q) { cudaFree(q); });
+      };
+      using K = cuda::MoeExpertsRunner::W13Kernel;
+      cuda::MoeExpertsRunner grouped(device_alloc, CudaOptions::kDefaultMoeMaxRows, K::kGrouped);
+      cuda::MoeExpertsRunner epilogue(device_alloc, CudaOptions::kDefaultMoeMaxRows, K::kEpilogue);
+      Tensor og = poisoned({c.t, c.mh * c.dh}, DType::BF16), oe = poisoned({c.t, c.mh * c.dh}, DType::BF16);
+      MoeExpertsParams p = device(c, in, og);
+      cuda::moe_experts(p, &grouped, stream());
+      p.out = oe;
+      cuda::moe_experts(p, &epilogue, stream());
+      EXPECT_EQ(count_diff(down(oe), down(og), "SwiGLU7 epilogue vs grouped"), 0);
     }
   }
 }
