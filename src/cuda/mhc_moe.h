@@ -47,8 +47,9 @@ class MoeExpertsRunner {
  public:
   /// Which W13 runs: kGrouped, the CUTLASS W13 grouped GEMM (gate and up)
   /// then a separate SwiGLU7 pass; kEpilogue, the up GEMM then the gate GEMM
-  /// with SwiGLU7 in its epilogue (the gate never written: the same bytes as
-  /// kGrouped); kFused, where it applies (d_head 256, d_expert a multiple of
+  /// with SwiGLU7 in its epilogue (the gate never written), and W2 with the
+  /// routing weight in its epilogue (bf16 out: half the bytes for the combine),
+  /// the same bytes as kGrouped; kFused, where it applies (d_head 256, d_expert a multiple of
   /// 64), our fused W13 + SwiGLU7 kernel (moe_w13_swiglu7.h, its rows gathered
   /// in the kernel). kFromEnv: MAGI2_MOE_KERNEL = reference (kGrouped), epilogue
   /// or fused; unset: w13_kernel_default().

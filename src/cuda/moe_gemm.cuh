@@ -3,10 +3,11 @@
 // grouped GEMM, cooperative warp-specialised, 128 x 256 x 64 tiles, 2 x 1
 // clusters (the best of the configurations measured at the release shapes,
 // ../shared/cuda-design.md), bf16 operands (A row-major, B [k, n] row-major as
-// the checkpoint stores the banks), fp32 accumulation. Epilogue: D =
-// accumulator (no C operand), or with kSwiglu7 D = bf16(swiglu7(bf16(acc), C))
+// the checkpoint stores the banks), fp32 accumulation. Epilogue (EpilogueKind):
+// D = accumulator (no C operand); kSwiglu7: D = bf16(swiglu7(bf16(acc), C))
 // where C is the up projection the previous GEMM wrote next to D (an EVT: the
-// gate never leaves the registers). Needs -DNDEBUG and sm_90a.
+// gate never leaves the registers); kRowScale: D = bf16(acc x s[row]) with one
+// fp32 scale per row (W2 times the routing weight). Needs -DNDEBUG and sm_90a.
 #pragma once
 
 #include <cutlass/cutlass.h>
@@ -58,20 +59,34 @@ struct Swiglu7Fn<cutlass::Array<T, N>> {
   }
 };
 
-template <class ElementD, bool kSwiglu7>
+enum class EpilogueKind { kPlain, kSwiglu7, kRowScale };
+
+template <class ElementD, EpilogueKind kKind, class TileShape>
 struct Epilogue {  // D = accumulator
   using ElementC = void;
   using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
 };
-template <class ElementD>
-struct Epilogue<ElementD, true> {  // D = swiglu7(bf16(accumulator), C)
+template <class ElementD, class TileShape>
+struct Epilogue<ElementD, EpilogueKind::kSwiglu7, TileShape> {  // D = swiglu7(bf16(accumulator), C)
   using ElementC = cutlass::bfloat16_t;
   using Fusion = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<Swiglu7Fn, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,
       cutlass::epilogue::fusion::Sm90AccFetch, cutlass::epilogue::fusion::Sm90SrcFetch<cutlass::bfloat16_t>>;
 };
+// D = accumulator x scale[row]: a column vector per group (its own pointer,
+// alignment 1: a group's rows start anywhere), rounded once to ElementD.
+using RowScaleStride = cute::Stride<_1, _0, int64_t>;
+template <class ElementD, class TileShape>
+struct Epilogue<ElementD, EpilogueKind::kRowScale, TileShape> {
+  using ElementC = void;
+  using Fusion = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float,
+                                             cutlass::FloatRoundStyle::round_to_nearest>,
+      cutlass::epilogue::fusion::Sm90AccFetch,
+      cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float*, float, RowScaleStride, 1>>;
+};
 
-template <class ElementD, bool kSwiglu7 = false>
+template <class ElementD, EpilogueKind kKind = EpilogueKind::kPlain>
 struct Config {
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
   using ElementA = cutlass::bfloat16_t;
@@ -83,7 +98,7 @@ struct Config {
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
   using TileShape = cute::Shape<_128, _256, _64>;
   using ClusterShape = cute::Shape<_2, _1, _1>;
-  using Epi = Epilogue<ElementD, kSwiglu7>;
+  using Epi = Epilogue<ElementD, kKind, TileShape>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, typename Epi::ElementC, LayoutD*, kAlignD,
@@ -105,7 +120,8 @@ struct Config {
 };
 
 // Per-group arrays, filled on the device from the expert offsets (no host sync).
-// With the SwiGLU7 epilogue (pc non-null) C is the n columns after D's.
+// With the SwiGLU7 epilogue (pc non-null) C is the n columns after D's; with
+// the row-scale epilogue (ps non-null) the scales of a group's rows start at its row.
 template <class C, class ElementD>
 __global__ void fill_groups(const int32_t* __restrict__ offsets, int experts, int parts, int n, int k, int64_t lda,
                             int64_t ldd, const cutlass::bfloat16_t* a, const cutlass::bfloat16_t* b0,
@@ -113,7 +129,8 @@ __global__ void fill_groups(const int32_t* __restrict__ offsets, int experts, in
                             const cutlass::bfloat16_t** pa, const cutlass::bfloat16_t** pb, ElementD** pd,
                             typename C::StrideA* sa, typename C::StrideB* sb, typename C::StrideD* sd,
                             typename C::StrideA va, typename C::StrideB vb, typename C::StrideD vd,
-                            const cutlass::bfloat16_t** pc, typename C::StrideC* sc, typename C::StrideC vc) {
+                            const cutlass::bfloat16_t** pc, typename C::StrideC* sc, typename C::StrideC vc,
+                            const float* row_scale, const float** ps) {
   const int g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= experts * parts) return;
   const int f = g / parts, s = g % parts;
@@ -129,11 +146,14 @@ __global__ void fill_groups(const int32_t* __restrict__ offsets, int experts, in
     pc[g] = reinterpret_cast<const cutlass::bfloat16_t*>(d + row * ldd + static_cast<int64_t>(s + 1) * n);
     sc[g] = vc;
   }
+  if (ps != nullptr) ps[g] = row_scale + row;
 }
 
-template <class ElementD, bool kSwiglu7 = false>
+template <class ElementD, EpilogueKind kKind = EpilogueKind::kPlain>
 class Runner final : public ExpertGemm {
-  using C = Config<ElementD, kSwiglu7>;
+  using C = Config<ElementD, kKind>;
+  static constexpr bool kSwiglu7 = kKind == EpilogueKind::kSwiglu7;
+  static constexpr bool kRowScale = kKind == EpilogueKind::kRowScale;
   static_assert(!kSwiglu7 || sizeof(ElementD) == 2, "the SwiGLU7 epilogue reads its C from D's bf16 buffer");
 
  public:
@@ -164,6 +184,7 @@ class Runner final : public ExpertGemm {
       sc_ = static_cast<typename C::StrideC*>(take(g * sizeof(typename C::StrideC)));
       vc_ = cutlass::make_cute_packed_stride(typename C::StrideC{}, make_shape(1, static_cast<int>(sh.ldd), 1));
     }
+    if constexpr (kRowScale) ps_ = static_cast<const float**>(take(g * sizeof(void*)));
     // Packed strides with the given leading dimensions (the batch extent is 1).
     va_ = cutlass::make_cute_packed_stride(typename C::StrideA{}, make_shape(1, static_cast<int>(sh.lda), 1));
     vb_ = cutlass::make_cute_packed_stride(typename C::StrideB{}, make_shape(static_cast<int>(sh.n),
@@ -172,7 +193,9 @@ class Runner final : public ExpertGemm {
     const cutlass::KernelHardwareInfo hw = current_device_hw_info<typename C::Kernel>();
     typename C::Gemm::Arguments args;
     decltype(args.epilogue.thread) fusion{};
-    if constexpr (!kSwiglu7) set_plain_epilogue(fusion);  // the EVT has no arguments
+    if constexpr (kKind == EpilogueKind::kPlain) set_plain_epilogue(fusion);
+    if constexpr (kRowScale)  // {AccFetch, ColBroadcast, multiplies}: the per-group scale pointers
+      fusion = decltype(fusion){{}, {ps_, 0.f, RowScaleStride{_1{}, _0{}, int64_t{0}}}, {}};
     if constexpr (kSwiglu7)
       args = typename C::Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGrouped,
                                          {groups_, shapes_, nullptr},
@@ -192,13 +215,16 @@ class Runner final : public ExpertGemm {
     MAGI2_CHECK(gemm_.initialize(args, wsp) == cutlass::Status::kSuccess, "expert GEMM: CUTLASS initialisation failed");
   }
 
-  void run(const int32_t* offsets, const void* a, const void* const* b, void* d, cudaStream_t s) override {
+  void run(const int32_t* offsets, const void* a, const void* const* b, void* d, cudaStream_t s,
+           const float* row_scale) override {
+    MAGI2_CHECK(kRowScale == (row_scale != nullptr), "expert GEMM: a row scale is ",
+                kRowScale ? "required" : "not taken", " by this epilogue");
     const int threads = 256;
     fill_groups<C, ElementD><<<(groups_ + threads - 1) / threads, threads, 0, s>>>(
         offsets, sh_.experts, sh_.parts, static_cast<int>(sh_.n), static_cast<int>(sh_.k), sh_.lda, sh_.ldd,
         static_cast<const cutlass::bfloat16_t*>(a), static_cast<const cutlass::bfloat16_t*>(b[0]),
         static_cast<const cutlass::bfloat16_t*>(sh_.parts > 1 ? b[1] : b[0]), static_cast<ElementD*>(d), shapes_,
-        pa_, pb_, pd_, sa_, sb_, sd_, va_, vb_, vd_, pc_, sc_, vc_);
+        pa_, pb_, pd_, sa_, sb_, sd_, va_, vb_, vd_, pc_, sc_, vc_, row_scale, ps_);
     MAGI2_CUDA_CHECK_LAUNCH("expert GEMM arrays");
     MAGI2_CHECK(gemm_.run(s) == cutlass::Status::kSuccess, "expert GEMM: CUTLASS launch failed");
     MAGI2_CUDA_CHECK_LAUNCH("expert GEMM");
@@ -221,6 +247,7 @@ class Runner final : public ExpertGemm {
   const cutlass::bfloat16_t** pc_ = nullptr;  // the SwiGLU7 epilogue's C (the up values)
   typename C::StrideC* sc_ = nullptr;
   typename C::StrideC vc_{};
+  const float** ps_ = nullptr;  // the row-scale epilogue's per-group scale pointers
   typename C::Gemm gemm_;
 };
 

@@ -35,7 +35,10 @@ class ExpertGemm {
   virtual ~ExpertGemm() = default;
   /// Fills the per-group arrays from the device offsets [F + 1] (a small kernel),
   /// then runs the GEMM on `s`. b[s] points at bank s ([F, k, n] bf16).
-  virtual void run(const int32_t* offsets, const void* a, const void* const* b, void* d, cudaStream_t s) = 0;
+  /// `row_scale` [rows] f32: the row-scale epilogue's scales (required by it,
+  /// refused by the others: Error).
+  virtual void run(const int32_t* offsets, const void* a, const void* const* b, void* d, cudaStream_t s,
+                   const float* row_scale = nullptr) = 0;
 };
 
 /// bf16 output (W13: gate and up). Throws magi2::Error when CUTLASS cannot
@@ -48,6 +51,10 @@ std::unique_ptr<ExpertGemm> make_expert_gemm_bf16(const ExpertGemmShape& shape, 
 /// as expert_swiglu7. The gate never goes to memory. Errors as
 /// make_expert_gemm_bf16, or a shape that breaks that layout. moe_gemm_swiglu7.cu.
 std::unique_ptr<ExpertGemm> make_expert_gemm_swiglu7(const ExpertGemmShape& shape, const DeviceAlloc& alloc);
+/// bf16 output through the row-scale epilogue (W2 with the routing weight):
+/// D_g = bf16(A_f B[f] x row_scale[row]) with row_scale [rows] f32 in the
+/// rows' (expert) order, passed to run(). One bank. moe_gemm_row_scale.cu.
+std::unique_ptr<ExpertGemm> make_expert_gemm_row_scale(const ExpertGemmShape& shape, const DeviceAlloc& alloc);
 /// fp32 output (W2: the routing weight is applied in fp32 by the combine). moe_gemm_f32.cu.
 std::unique_ptr<ExpertGemm> make_expert_gemm_f32(const ExpertGemmShape& shape, const DeviceAlloc& alloc);
 

@@ -6,7 +6,7 @@
 namespace magi2::cuda {
 
 std::unique_ptr<ExpertGemm> make_expert_gemm_swiglu7(const ExpertGemmShape& shape, const DeviceAlloc& alloc) {
-  return std::make_unique<moe_gemm::Runner<cutlass::bfloat16_t, true>>(shape, alloc);
+  return std::make_unique<moe_gemm::Runner<cutlass::bfloat16_t, moe_gemm::EpilogueKind::kSwiglu7>>(shape, alloc);
 }
 
 }  // namespace magi2::cuda

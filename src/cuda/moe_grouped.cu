@@ -81,11 +81,13 @@ __global__ void route_expert_scan(const int32_t* __restrict__ total, int nf, int
 }
 
 // Grid (chunks, MH), kChunk threads: each route's row in expert order (-1 for an
-// expert index outside [0, ne)), and the source row (token * MH + head) of each row.
+// expert index outside [0, ne)), and the source row (token * MH + head) of each
+// row; with `wrow` also each row's routing weight (W2's row-scale epilogue).
 __global__ void route_scatter(const int32_t* __restrict__ idx, int64_t hs, int64_t routes, int k, int mh, int ne,
                               int chunks,
                               const int32_t* __restrict__ cnt, const int32_t* __restrict__ offsets,
-                              int32_t* __restrict__ pos, int32_t* __restrict__ src) {
+                              int32_t* __restrict__ pos, int32_t* __restrict__ src,
+                              const float* __restrict__ weight, float* __restrict__ wrow) {
   __shared__ int32_t ex[kChunk];
   const int h = blockIdx.y, c = blockIdx.x;
   const int64_t i = static_cast<int64_t>(c) * kChunk + threadIdx.x;
@@ -102,6 +104,7 @@ __global__ void route_scatter(const int32_t* __restrict__ idx, int64_t hs, int64
   const int32_t p = offsets[h * ne + e] + cnt[(static_cast<int64_t>(h) * chunks + c) * ne + e] + rank;
   pos[h * routes + i] = p;
   src[p] = static_cast<int32_t>((i / k) * mh + h);
+  if (wrow != nullptr) wrow[p] = weight[h * hs + i];
 }
 
 // One warp per expert-ordered row: xp[p] = r[token, head * dh ..] (dh bf16).
@@ -150,8 +153,10 @@ __global__ void expert_swiglu7(uint16_t* __restrict__ hbuf, int64_t de, const in
 
 // One warp per (token, head): out = bf16(sum over routes in ascending (expert,
 // slot) of bf16(y[row] * weight)), fp32 accumulation. Routes of an invalid
-// expert contribute nothing.
-__global__ void expert_combine(const float* __restrict__ y, const int32_t* __restrict__ idx,
+// expert contribute nothing. kWeighted: y is already bf16(y * weight) in bf16
+// (W2's row-scale epilogue), so the same terms are summed in the same order.
+template <bool kWeighted>
+__global__ void expert_combine(const void* __restrict__ yv, const int32_t* __restrict__ idx,
                                const float* __restrict__ weight, int64_t hs, const int32_t* __restrict__ pos,
                                int64_t t, int mh, int k, int64_t dh, uint16_t* __restrict__ out, int64_t ldo) {
   __shared__ int32_t spos[8][kMaxK];
@@ -177,7 +182,11 @@ __global__ void expert_combine(const float* __restrict__ y, const int32_t* __res
     float sum = 0.f;
     for (int q = 0; q < k; ++q) {
       const int32_t p = spos[warp][q];
-      if (p >= 0) sum += round_bf16(y[static_cast<int64_t>(p) * dh + d] * sw[warp][q]);
+      if (p < 0) continue;
+      if constexpr (kWeighted)
+        sum += bf16_to_f32(static_cast<const uint16_t*>(yv)[static_cast<int64_t>(p) * dh + d]);
+      else
+        sum += round_bf16(static_cast<const float*>(yv)[static_cast<int64_t>(p) * dh + d] * sw[warp][q]);
     }
     o[d] = f32_to_bf16(sum);
   }
@@ -250,6 +259,10 @@ struct MoeExpertsRunner::Plan {
   // U into hbuf's second half, w13_gate then Z into its first.
   bool epilogue_w13 = false;
   std::unique_ptr<ExpertGemm> w13_up, w13_gate;
+  // ... and W2 with the routing weight in its epilogue: wrow [R] the rows'
+  // weights (route_scatter), y then bf16 [R, DH] already weighted.
+  std::unique_ptr<ExpertGemm> w2_weighted;
+  std::shared_ptr<void> wrow;
   std::shared_ptr<void> tile_start;
   std::shared_ptr<void> wdq;  // FP8 experts: two dequantised bf16 banks [F, DH, DE], made on the first FP8 call
   std::unique_ptr<MoeW8a8> w8a8;  // FP8 experts with --fp8-compute w8a8: made on the first such call
@@ -338,6 +351,9 @@ void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, i
                                        .ldd = 2 * de}, alloc_);
     p->w13_gate = make_expert_gemm_swiglu7({.experts = static_cast<int>(nf), .parts = 1, .n = de, .k = dh,
                                             .lda = dh, .ldd = 2 * de}, alloc_);
+    p->w2_weighted = make_expert_gemm_row_scale({.experts = static_cast<int>(nf), .parts = 1, .n = dh, .k = de,
+                                                 .lda = 2 * de, .ldd = dh}, alloc_);
+    p->wrow = get(p->max_rows, 4);
   }
   if (p->fused_w13) {
     p->tile_start = get(nf + 1, 4);
@@ -382,22 +398,27 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
   const int chunks = static_cast<int>((routes + kChunk - 1) / kChunk);
   const int nf = mh * ne;
   auto i32 = [](const std::shared_ptr<void>& b) { return static_cast<int32_t*>(b.get()); };
-  // The deterministic combine of the W2 output y [R, DH] fp32 into the pass's out rows.
-  auto combine = [&] {
-    expert_combine<<<grid_of(t * mh, 8), 256, 0, s>>>(static_cast<const float*>(p.y.get()), ps.idx, ps.weight, ps.hs,
-                                                       i32(p.pos), t, mh, k, dh, static_cast<uint16_t*>(prm.out.data()),
-                                                       prm.out.row_stride());
+  // The deterministic combine of the W2 output y [R, DH] (fp32, or bf16 already
+  // weighted by W2's epilogue) into the pass's out rows.
+  auto combine = [&](bool weighted) {
+    auto* kernel = weighted ? expert_combine<true> : expert_combine<false>;
+    kernel<<<grid_of(t * mh, 8), 256, 0, s>>>(p.y.get(), ps.idx, ps.weight, ps.hs, i32(p.pos), t, mh, k, dh,
+                                              static_cast<uint16_t*>(prm.out.data()), prm.out.row_stride());
     MAGI2_CUDA_CHECK_LAUNCH("moe_experts combine");
   };
+  const bool w8a8 = prm.w_gate.dtype() == DType::F8E4M3 && prm.fp8_compute == Fp8Compute::W8A8;
+  // The routing weight in W2's epilogue (with the SwiGLU7 epilogue; not the W8A8 pass, which has its own W2).
+  const bool weighted_w2 = p.epilogue_w13 && !w8a8;
   const dim3 sort_grid(static_cast<unsigned>(chunks), static_cast<unsigned>(mh));
   route_hist<<<sort_grid, kChunk, static_cast<size_t>(ne) * 4, s>>>(ps.idx, ps.hs, routes, ne, chunks, i32(p.cnt));
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts route counts");
   route_chunk_scan<<<grid_of(nf, 256), 256, 0, s>>>(i32(p.cnt), mh, ne, chunks, i32(p.total));
   route_expert_scan<<<1, kScanThreads, 0, s>>>(i32(p.total), nf, i32(p.offsets));
   route_scatter<<<sort_grid, kChunk, 0, s>>>(ps.idx, ps.hs, routes, k, mh, ne, chunks, i32(p.cnt), i32(p.offsets),
-                                               i32(p.pos), i32(p.src));
+                                               i32(p.pos), i32(p.src), ps.weight,
+                                               weighted_w2 ? static_cast<float*>(p.wrow.get()) : nullptr);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts route order");
-  if (prm.w_gate.dtype() == DType::F8E4M3 && prm.fp8_compute == Fp8Compute::W8A8) {
+  if (w8a8) {
     if (!p.w8a8) {
       cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
       MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
@@ -407,7 +428,7 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
                                          LentBuffer{p.hbuf.get(), p.hbuf_bytes}, alloc_);
     }
     p.w8a8->run(prm, i32(p.offsets), i32(p.src), static_cast<float*>(p.y.get()), s, mark);
-    combine();
+    combine(false);
     if (mark) mark(4);
     return;
   }
@@ -478,9 +499,12 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
   // The W13 GEMM is done with dq0 (same stream) before W_down overwrites it.
   if (fp8) dequant(prm.w_down, prm.w_down_scale, dq0);
   const void* b2[1] = {fp8 ? dq0 : prm.w_down.data()};
-  w2->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s);
+  if (weighted_w2)
+    p.w2_weighted->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s, static_cast<const float*>(p.wrow.get()));
+  else
+    w2->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s);
   if (mark) mark(3);
-  combine();
+  combine(weighted_w2);
   if (mark) mark(4);
 }
 
