@@ -149,11 +149,13 @@ RefineResult refine_latents(Refiner& model, const RefinerConfig& cfg, const Refi
     const auto t0 = std::chrono::steady_clock::now();
     const Tensor cond = refiner_branch_forward(model, pc, latent, tc);
     const Tensor uncond = refiner_branch_forward(model, pu, latent, tu);
-    Tensor v = Tensor::zeros(vshape, DType::F32);
+    Tensor v = Tensor::empty(vshape, DType::F32);  // every element written below
     const float* pcnd = cond.data_as<float>();
     const float* punc = uncond.data_as<float>();
     float* pv = v.data_as<float>();
-    for (int64_t i = 0; i < v.numel(); ++i) pv[i] = cfg_combine_f32(pcnd[i], punc[i], scale);
+    const int64_t nel = v.numel();
+#pragma omp parallel for schedule(static)  // element-wise: 25M values at 1080p, ~0.2 s on one core
+    for (int64_t i = 0; i < nel; ++i) pv[i] = cfg_combine_f32(pcnd[i], punc[i], scale);
     latent = sched.step(v, latent);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     res.step_ms.push_back(ms);
