@@ -181,8 +181,8 @@ void Refiner::load(const RefinerPlan& plan, const RefinerInputs& in) {
     // contiguous upload into out_p, whose rows are dead until post_adapter
     // zeroes and writes them at the end of run(), then a device-side column
     // copy. (A host->device copy straight into the columns would be a pitched
-    // copy of 192-byte rows from pageable memory.) Only these columns of x_p
-    // are ever read; the rest stays as the workspace zeroed it.
+    // copy of 192-byte rows from pageable memory.) The pre-adapter reads only
+    // these columns of x_p; the others keep zeros (or an earlier layout's rows).
     MAGI2_CHECK(chans[m] <= ws.out_p.size(1), "refiner: in-channels ", chans[m], " above ", ws.out_p.size(1));
     const Tensor stage = Tensor::view_of(ws.out_p.data_as<float>() + r0 * ws.out_p.size(1), {r1 - r0, chans[m]},
                                          DType::F32, ws.out_p.owner(), ws.out_p.device());
