@@ -95,6 +95,18 @@ RefinedLatentSize refined_latent_size(const RefinerEval& eval, int64_t preview_f
   return r;
 }
 
+Tensor refiner_branch_forward(Refiner& model, const RefinerPlan& plan, const Tensor& latent, const Tensor& text) {
+  // The inputs go up split by modality: the packed [N, c_pad] f32 input of
+  // Refiner::forward is 10.5 GB at 1080p (c_pad = the 5120 text channels, the
+  // 514k video rows use 48), and packing, permuting and uploading it cost
+  // ~25 s of host time per step against ~9 s of GPU work (4 layers, H200).
+  const RefinerArch& a = model.arch();
+  model.load(plan, split_refiner_inputs(plan, latent, Tensor(), text, a.video_in_channels, a.audio_in_channels,
+                                        a.text_in_channels));
+  model.run();
+  return unpack_refiner_video(plan, model.output(), a.video_in_channels);
+}
+
 RefineResult refine_latents(Refiner& model, const RefinerConfig& cfg, const RefineRequest& req) {
   const RefinerArch& arch = model.arch();
   const Tensor& pl = req.preview_latent;
@@ -133,17 +145,17 @@ RefineResult refine_latents(Refiner& model, const RefinerConfig& cfg, const Refi
 
   RefineResult res;
   res.tokens = lc.tokens();
-  const int64_t cv = arch.video_in_channels, ca = arch.audio_in_channels;
   for (int s = 0; s < steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
-    const Tensor cond = unpack_refiner_video(pc, model.forward(pc, pack_refiner_tokens(pc, latent, Tensor(), tc, cv, ca)), cv);
-    const Tensor uncond =
-        unpack_refiner_video(pu, model.forward(pu, pack_refiner_tokens(pu, latent, Tensor(), tu, cv, ca)), cv);
-    Tensor v = Tensor::zeros(vshape, DType::F32);
+    const Tensor cond = refiner_branch_forward(model, pc, latent, tc);
+    const Tensor uncond = refiner_branch_forward(model, pu, latent, tu);
+    Tensor v = Tensor::empty(vshape, DType::F32);  // every element written below
     const float* pcnd = cond.data_as<float>();
     const float* punc = uncond.data_as<float>();
     float* pv = v.data_as<float>();
-    for (int64_t i = 0; i < v.numel(); ++i) pv[i] = cfg_combine_f32(pcnd[i], punc[i], scale);
+    const int64_t nel = v.numel();
+#pragma omp parallel for schedule(static)  // element-wise: 25M values at 1080p, ~0.2 s on one core
+    for (int64_t i = 0; i < nel; ++i) pv[i] = cfg_combine_f32(pcnd[i], punc[i], scale);
     latent = sched.step(v, latent);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     res.step_ms.push_back(ms);

@@ -65,6 +65,14 @@ struct RefineResult {
   bool cancelled = false;
 };
 
+/// One CFG branch's forward as refine_latents runs it, eagerly: the inputs
+/// split by modality (split_refiner_inputs: no [N, c_pad] host tensor), load,
+/// run, output, and the video rows unpacked to a latent [1, C_v, T, H, W] f32.
+/// latent [1, C_v, T, H, W] f32 at the plan's grid; text [Lt, C_t] (or
+/// [1, Lt, C_t]). `magi2 bench --stage refiner` times steps of two of these.
+/// Errors: those of split_refiner_inputs and Refiner::load.
+Tensor refiner_branch_forward(Refiner& model, const RefinerPlan& plan, const Tensor& latent, const Tensor& text);
+
 /// Runs the refiner stage on `model`. Errors: Error naming the request field
 /// at fault (latent shape, text features, sizes, steps).
 RefineResult refine_latents(Refiner& model, const RefinerConfig& config, const RefineRequest& req);

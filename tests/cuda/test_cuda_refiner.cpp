@@ -1,8 +1,9 @@
 // The refiner transformer on the CUDA backend against the CPU backend (a seeded
 // tiny refiner: the forward and every layer's dumps) and, when present, the
 // official code's tiny fixture (refiner_tiny; fixture sizes from its files);
-// the forward captured as a CUDA graph replays the eager bytes. Skips without
-// a GPU.
+// the forward captured as a CUDA graph replays the eager bytes; the refine
+// loop's split inputs with alternating CFG layouts give fresh bytes. Skips
+// without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -128,6 +129,40 @@ TEST_F(CudaRefinerTest, GraphReplayGivesTheEagerBytes) {
   const Tensor replayed = model.output();
   ASSERT_EQ(replayed.nbytes(), eager.nbytes());
   EXPECT_EQ(std::memcmp(replayed.data(), eager.data(), eager.nbytes()), 0);
+}
+
+// The refine loop's path on the device: the inputs split by modality (the
+// video and audio rows staged in out_p, then copied into x_p's columns), the
+// CFG branches (two text lengths) alternating on one workspace. Each forward
+// gives the bytes of a fresh model's packed forward of that input.
+TEST_F(CudaRefinerTest, SplitInputsAlternatingBranchesGiveFreshBytes) {
+  const TinyRefiner t;
+  RefinerLayout lu = t.layout;
+  lu.text_len = t.layout.text_len + 5;
+  const RefinerPlan pc = make_refiner_plan(t.layout, t.arch, t.window), pu = make_refiner_plan(lu, t.arch, t.window);
+  const RefinerWeights gw = t.w.to_backend(t.arch, *gpu_);
+  Refiner model(t.arch, gw, *gpu_);
+  auto seeded = [](const Shape& s, uint64_t seed) {
+    Tensor x = Tensor::empty(s, DType::F32);
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.data_as<float>()[i] = static_cast<float>(normal_sample(seed, static_cast<uint64_t>(i), 0, 1));
+    return x;
+  };
+  const Tensor tc = seeded({t.layout.text_len, t.arch.text_in_channels}, 3);
+  const Tensor tu = seeded({lu.text_len, t.arch.text_in_channels}, 4);
+  const int64_t cv = t.arch.video_in_channels, ca = t.arch.audio_in_channels, ct = t.arch.text_in_channels;
+  for (int step = 0; step < 2; ++step) {
+    const Tensor lat = seeded({1, cv, t.layout.frames, t.layout.height, t.layout.width}, 10 + step);
+    for (const auto& [plan, text] : {std::pair{&pc, &tc}, std::pair{&pu, &tu}}) {
+      model.load(*plan, split_refiner_inputs(*plan, lat, Tensor(), *text, cv, ca, ct));
+      model.run();
+      const Tensor got = model.output();
+      Refiner fresh(t.arch, gw, *gpu_);
+      const Tensor want = fresh.forward(*plan, pack_refiner_tokens(*plan, lat, Tensor(), *text, cv, ca));
+      ASSERT_EQ(got.nbytes(), want.nbytes());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.nbytes()), 0) << "step " << step << " text " << text->size(0);
+    }
+  }
 }
 
 // The official code's tiny fixture (refiner_tiny), when it is present: the CUDA

@@ -15,6 +15,7 @@
 #include "models/magi2_refiner/refiner.h"
 #include "models/magi2_refiner/tokens.h"
 #include "models/magi2_refiner/weights.h"
+#include "pipeline/refine.h"
 #if defined(MAGI2_HAVE_CUDA)
 #include "cuda/backend_cuda.h"
 #endif
@@ -113,6 +114,49 @@ nlohmann::json bench_refiner(const RefinerBenchArgs& a, Backend& be) {
   }
 #endif
 
+  // The pipeline's own steps: refine_latents (what `magi2 generate` runs at
+  // 1080p) on this model, eager, with the host work of a step around the two
+  // CFG forwards (inputs split and uploaded, outputs unpacked, CFG and the
+  // FlowUniPC update on the host). Its uncond branch has its own text length,
+  // a second layout, as in the pipeline. Against forward_ms_median this shows
+  // what the pipeline adds per step. The first step also plans the uncond
+  // layout (workspace, attention pairs): reported, left out of the median.
+  nlohmann::json pipe = nlohmann::json::object();
+  if (a.pipeline_steps > 0) {
+    graph.reset();  // the uncond layout may re-plan the workspace the graph recorded
+    RefineRequest rq;
+    const int64_t preview_t = (a.frames + 1) / 2;  // refine_latents resamples T -> 2T - 1 frames
+    rq.preview_latent = Tensor::empty({1, arch.video_in_channels, preview_t, layout.height, layout.width}, DType::F32);
+    for (int64_t i = 0; i < rq.preview_latent.numel(); ++i)
+      rq.preview_latent.data_as<float>()[i] = static_cast<float>(i % 251) * 0.008f - 1.0f;
+    rq.text_cond = Tensor::zeros({a.text_len, arch.text_in_channels}, DType::F32);
+    rq.text_uncond = Tensor::zeros({a.text_uncond_len, arch.text_in_channels}, DType::F32);
+    rq.width_px = a.width_px;
+    rq.height_px = a.height_px;
+    rq.num_steps = 1 + a.pipeline_steps;
+    std::vector<double> step_ms;
+    rq.on_progress = [&](int, int, double ms) {
+      step_ms.push_back(ms);
+      return true;
+    };
+    bool finite = true;
+    try {
+      refine_latents(model, cfg, rq);
+    } catch (const Error&) {
+      // Random weights may drive the latent non-finite (refine_latents' last
+      // check): once every step ran, the timings stand.
+      if (static_cast<int>(step_ms.size()) != rq.num_steps) throw;
+      finite = false;
+    }
+    const std::vector<double> later(step_ms.begin() + 1, step_ms.end());
+    pipe = {{"latent_frames", 2 * preview_t - 1},
+            {"text_uncond_tokens", a.text_uncond_len},
+            {"latent_finite", finite},
+            {"step_ms", step_ms},
+            {"step_ms_median", median(later)},
+            {"host_and_eager_ms_per_step", median(later) - 2 * median(fwd_ms)}};
+  }
+
   // FLOP of one forward (2 per multiply-add): the GEMMs from the shapes, the
   // attention over each q range's union of keys.
   const double d = arch.hidden_size, hq = arch.num_heads_q(), hk = arch.num_heads_kv(), hd = arch.head_dim;
@@ -150,6 +194,7 @@ nlohmann::json bench_refiner(const RefinerBenchArgs& a, Backend& be) {
                       {"forward_flop", total},
                       {"tflops", total / (fwd * 1e-3) / 1e12},
                       {"flop", flops}};
+  if (!pipe.empty()) j["pipeline"] = pipe;
   nlohmann::json comp = nlohmann::json::object();
   for (auto& [name, ms] : regions) {
     const double f = flops.count(name) ? flops.at(name) : 0.0;

@@ -15,6 +15,10 @@ struct RefinerBenchArgs {
   int64_t text_len = 300;
   int steps = 2, warmup = 0;
   bool profile = true;
+  /// Timed steps of the pipeline's own refine loop (refine_latents, eager, host
+  /// work included) after the graph replays, plus one untimed first step; 0: none.
+  int pipeline_steps = 0;
+  int64_t text_uncond_len = 400;  ///< text tokens of the pipeline steps' uncond branch
   /// Refined pixels and latent frames: 1080p of a 10 s clip (preview latent T = 32 -> 2T - 1 = 63 frames).
   int64_t width_px = 1920, height_px = 1088, frames = 63;
 };

@@ -49,6 +49,7 @@ struct BenchArgs {
   int64_t text_cond = 300, text_uncond = 400;  // the token counts of shared/perf-anchor.md
   bool profile = true;
   std::string refiner_size = "1920x1088x63";  ///< --stage refiner: W x H pixels x T latent frames
+  int refiner_pipeline_steps = 0;  ///< --stage refiner: timed steps of the pipeline's refine loop (0: none)
   int64_t text_tokens = 0;  ///< --stage text: prompt length (0: 300 and 2000)
   std::string decode_dir;   ///< --stage decode: random-weight codec folders ("": under the temp folder)
   bool full_model = false;  ///< every layer its own expert banks, made on the device (FP8 only)
@@ -411,8 +412,9 @@ int run_bench(const BenchArgs& a) {
                 "--refiner-size must be WxHxT (e.g. 1920x1088x63), got '", a.refiner_size, "'");
     auto be = make_backend_for(a.device, 0);
     nlohmann::json j = bench_refiner({.layers = a.layers, .text_len = a.text_cond, .steps = a.steps,
-                                      .warmup = a.warmup, .profile = a.profile, .width_px = w, .height_px = h,
-                                      .frames = f},
+                                      .warmup = a.warmup, .profile = a.profile,
+                                      .pipeline_steps = a.refiner_pipeline_steps, .text_uncond_len = a.text_uncond,
+                                      .width_px = w, .height_px = h, .frames = f},
                                      *be);
     const double ceiling = gemm_ceiling_tflops(*be);
     j["gemm_ceiling_tflops"] = ceiling;
@@ -436,6 +438,12 @@ int run_bench(const BenchArgs& a) {
       for (auto& [name, c] : j["components_eager_ms"].items())
         std::printf("  %-22s %10.2f ms  %7.1f TFLOP/s\n", name.c_str(), c["ms"].get<double>(),
                     c["tflops"].get<double>());
+    if (j.contains("pipeline"))
+      std::printf("  pipeline refine loop (eager, host work included; uncond %lld text tokens): step %.1f ms median "
+                  "of %d (first %.1f ms), %.1f ms over two graph-replayed forwards\n",
+                  j["pipeline"]["text_uncond_tokens"].get<long long>(), j["pipeline"]["step_ms_median"].get<double>(),
+                  a.refiner_pipeline_steps, j["pipeline"]["step_ms"][0].get<double>(),
+                  j["pipeline"]["host_and_eager_ms_per_step"].get<double>());
     std::fflush(stdout);
     if (!a.json.empty()) write_file_atomic(a.json, j.dump(2) + "\n");
     return 0;
@@ -560,6 +568,11 @@ Command bench_command() {
                   "--stage refiner: refined width x height in pixels x latent frames (1080p of a 10 s clip)")
         ->envname("MAGI2_BENCH_REFINER_SIZE")
         ->capture_default_str();
+    s->add_option("--pipeline-steps", a.refiner_pipeline_steps,
+                  "--stage refiner: then time this many steps of the pipeline's own refine loop (eager, with its "
+                  "host work; 300 cond, 400 uncond text tokens), after one untimed first step; 0: none")
+        ->check(CLI::Range(0, 100))
+        ->envname("MAGI2_BENCH_PIPELINE_STEPS");
     s->add_option("--decode-dir", a.decode_dir,
                   "--stage decode: folder for the random-weight codecs in the official layout (turbo_vae/, "
                   "stable-audio-open-1.0/, vae/Wan2.2_VAE.pth; what is missing is written once; a make-random "

@@ -51,6 +51,7 @@ class RefinerWorkspace {
     make(out_p, {64}, F);
     make(out, {64}, F);
     set_rows(cap);
+    be.zero(full_.front().second);  // x_p: load() writes only the columns the pre-adapter reads
   }
   RefinerWorkspace(const RefinerWorkspace&) = delete;
   RefinerWorkspace& operator=(const RefinerWorkspace&) = delete;
@@ -94,6 +95,8 @@ Refiner::~Refiner() = default;
 void Refiner::prepare(const RefinerPlan& plan) {
   const int64_t n = plan.layout.tokens();
   check_tensor(plan.modality, {n}, DType::I32, "refiner plan modality");
+  MAGI2_CHECK(plan.c_pad >= std::max({arch_.video_in_channels, arch_.audio_in_channels, arch_.text_in_channels}),
+              "refiner plan: packed width ", plan.c_pad, " is below the arch's in-channels");
   if (!ws_ || ws_->cap < n || ws_->c_pad != plan.c_pad) {
     ws_.reset();  // free the old layout's buffers before the new ones are allocated
     ws_ = std::make_unique<RefinerWorkspace>(arch_, n, plan.c_pad, be_);
@@ -140,17 +143,52 @@ void Refiner::load(const RefinerPlan& plan, const Tensor& x) {
   check_tensor(x, {n, plan.c_pad}, DType::F32, "refiner input x");
   check_tensor(plan.coords, {n, 9}, DType::F32, "refiner plan coords");
   prepare(plan);
+  // Each modality's rows in modality order, the columns the pre-adapter reads.
+  const RefinerWorkspace& ws = *ws_;
+  const int64_t chans[3] = {arch_.video_in_channels, arch_.audio_in_channels, arch_.text_in_channels};
+  Tensor parts[3];
+  for (int m = 0; m < 3; ++m) {
+    const int64_t r0 = ws.groups3.cu[m], r1 = ws.groups3.cu[m + 1];
+    parts[m] = Tensor::empty({r1 - r0, chans[m]}, DType::F32);
+    const size_t row = static_cast<size_t>(chans[m]) * sizeof(float);
+    for (int64_t j = r0; j < r1; ++j)
+      std::memcpy(parts[m].data_as<float>() + (j - r0) * chans[m],
+                  x.data_as<float>() + static_cast<int64_t>(ws.perm_host[j]) * plan.c_pad, row);
+  }
+  load(plan, RefinerInputs{.video = parts[0], .audio = parts[1], .text = parts[2]});
+}
+
+void Refiner::load(const RefinerPlan& plan, const RefinerInputs& in) {
+  const int64_t n = plan.layout.tokens();
+  check_tensor(plan.coords, {n, 9}, DType::F32, "refiner plan coords");
+  prepare(plan);
   plan_q_ = plan.q_ranges;
   plan_k_ = plan.k_ranges;
   RefinerWorkspace& ws = *ws_;
-  // The rows go up in modality order (the host permutes them): no packed-order
-  // copy of the widest input on the device.
-  Tensor xp = Tensor::empty({n, plan.c_pad}, DType::F32);
-  const size_t row = static_cast<size_t>(plan.c_pad) * sizeof(float);
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(static_cast<char*>(xp.data()) + i * row,
-                static_cast<const char*>(x.data()) + static_cast<int64_t>(ws.perm_host[i]) * row, row);
-  be_.copy({.src = xp, .dst = ws.x_p});
+  const int64_t chans[3] = {arch_.video_in_channels, arch_.audio_in_channels, arch_.text_in_channels};
+  const Tensor* src[3] = {&in.video, &in.audio, &in.text};
+  const char* what[3] = {"refiner input video rows", "refiner input audio rows", "refiner input text rows"};
+  for (int m = 0; m < 3; ++m) {
+    const int64_t r0 = ws.groups3.cu[m], r1 = ws.groups3.cu[m + 1];
+    if (r0 == r1 && !src[m]->defined()) continue;  // a modality with no tokens may come as nothing
+    check_tensor(*src[m], {r1 - r0, chans[m]}, DType::F32, what[m]);
+    if (r0 == r1) continue;
+    if (chans[m] == ws.c_pad) {  // whole rows (the text at 1080p): one contiguous upload
+      be_.copy({.src = *src[m], .dst = ws.x_p.slice_rows(r0, r1)});
+      continue;
+    }
+    // Narrower rows (the 48-channel video rows in 5120-wide x_p rows): one
+    // contiguous upload into out_p, whose rows are dead until post_adapter
+    // zeroes and writes them at the end of run(), then a device-side column
+    // copy. (A host->device copy straight into the columns would be a pitched
+    // copy of 192-byte rows from pageable memory.) The pre-adapter reads only
+    // these columns of x_p; the others keep zeros (or an earlier layout's rows).
+    MAGI2_CHECK(chans[m] <= ws.out_p.size(1), "refiner: in-channels ", chans[m], " above ", ws.out_p.size(1));
+    const Tensor stage = Tensor::view_of(ws.out_p.data_as<float>() + r0 * ws.out_p.size(1), {r1 - r0, chans[m]},
+                                         DType::F32, ws.out_p.owner(), ws.out_p.device());
+    be_.copy({.src = *src[m], .dst = stage});
+    be_.copy_cols({.src = stage, .dst = ws.x_p.slice_rows(r0, r1), .col_begin = 0});
+  }
   be_.copy({.src = plan.coords, .dst = ws.coords});
 }
 

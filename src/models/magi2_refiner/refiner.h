@@ -42,6 +42,13 @@ class Refiner {
   /// layout has planned its attention pairs; `dump` only when eager);
   /// output() copies out [N, 64] f32 (packed order) to the host.
   void load(const RefinerPlan& plan, const Tensor& x);
+  /// load() from the inputs split by modality (split_refiner_inputs): the same
+  /// device state as load(plan, pack_refiner_tokens(...)) without the [N, c_pad]
+  /// f32 host tensor, its host permutation and its upload (3 x 10.5 GB of host
+  /// memory traffic per forward at 1080p: ~25 s per refine step). Only the
+  /// columns the pre-adapter reads go up. Errors: an input whose shape is not
+  /// [rows of its modality in the plan, the arch's in-channels] f32.
+  void load(const RefinerPlan& plan, const RefinerInputs& in);
   void run(const RefinerDump& dump = {});
   Tensor output() const;
   /// Bytes of the current layout's activations (0 before the first load and

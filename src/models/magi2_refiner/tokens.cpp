@@ -114,48 +114,112 @@ RefinerPlan make_refiner_plan(const RefinerLayout& L, const RefinerArch& arch, c
   return p;
 }
 
+namespace {
+
+// The inputs of one forward as f32 without the batch dimension, checked
+// against the plan (the errors of pack_refiner_tokens).
+struct CheckedInputs {
+  Tensor latent, audio, text;
+};
+
+CheckedInputs check_inputs(const RefinerPlan& plan, const Tensor& latent_in, const Tensor& audio_in,
+                           const Tensor& text_in, int64_t cv, int64_t ca) {
+  const RefinerLayout& L = plan.layout;
+  CheckedInputs in;
+  in.latent = drop_batch(latent_in, 4).to(DType::F32);
+  check_tensor(in.latent, {cv, L.frames, L.height, L.width}, DType::F32, "refiner input latent");
+  in.text = drop_batch(text_in, 2).to(DType::F32);
+  MAGI2_CHECK(in.text.dim() == 2 && in.text.size(0) == L.text_len && in.text.size(1) <= plan.c_pad,
+              "refiner text features: expected [", L.text_len, ", <= ", plan.c_pad, "], got ",
+              shape_str(text_in.shape()));
+  if (L.audio_len > 0) {
+    in.audio = drop_batch(audio_in, 2).to(DType::F32);
+    check_tensor(in.audio, {L.audio_len, ca}, DType::F32, "refiner audio latent");
+  }
+  MAGI2_CHECK(static_cast<int64_t>(plan.token_order.size()) == L.tokens(), "refiner plan: ",
+              plan.token_order.size(), " packed rows for ", L.tokens(), " tokens");
+  return in;
+}
+
+}  // namespace
+
 Tensor pack_refiner_tokens(const RefinerPlan& plan, const Tensor& latent_in, const Tensor& audio_in,
                            const Tensor& text_in, int64_t cv, int64_t ca) {
   const RefinerLayout& L = plan.layout;
-  const Tensor latent = drop_batch(latent_in, 4).to(DType::F32);
-  check_tensor(latent, {cv, L.frames, L.height, L.width}, DType::F32, "refiner input latent");
-  const Tensor text = drop_batch(text_in, 2).to(DType::F32);
-  MAGI2_CHECK(text.dim() == 2 && text.size(0) == L.text_len && text.size(1) <= plan.c_pad,
-              "refiner text features: expected [", L.text_len, ", <= ", plan.c_pad, "], got ",
-              shape_str(text_in.shape()));
-  Tensor audio;
-  if (L.audio_len > 0) {
-    audio = drop_batch(audio_in, 2).to(DType::F32);
-    check_tensor(audio, {L.audio_len, ca}, DType::F32, "refiner audio latent");
-  }
+  const CheckedInputs in = check_inputs(plan, latent_in, audio_in, text_in, cv, ca);
   const int64_t n = L.tokens(), nv = L.video_tokens(), c = plan.c_pad;
   Tensor x = Tensor::zeros({n, c}, DType::F32);
   float* px = x.data_as<float>();
-  const float* lv = latent.data_as<float>();
+  const float* lv = in.latent.data_as<float>();
   for (int64_t i = 0; i < n; ++i) {
     const int64_t src = plan.token_order[i];
     float* row = px + i * c;
     if (src < nv) {
       for (int64_t ch = 0; ch < cv; ++ch) row[ch] = lv[ch * nv + src];
     } else if (src < nv + L.audio_len) {
-      std::memcpy(row, audio.data_as<float>() + (src - nv) * ca, ca * sizeof(float));
+      std::memcpy(row, in.audio.data_as<float>() + (src - nv) * ca, ca * sizeof(float));
     } else {
-      const int64_t tc = text.size(1);
-      std::memcpy(row, text.data_as<float>() + (src - nv - L.audio_len) * tc, tc * sizeof(float));
+      const int64_t tc = in.text.size(1);
+      std::memcpy(row, in.text.data_as<float>() + (src - nv - L.audio_len) * tc, tc * sizeof(float));
     }
   }
   return x;
 }
 
+RefinerInputs split_refiner_inputs(const RefinerPlan& plan, const Tensor& latent_in, const Tensor& audio_in,
+                                   const Tensor& text_in, int64_t cv, int64_t ca, int64_t ct) {
+  const RefinerLayout& L = plan.layout;
+  const CheckedInputs in = check_inputs(plan, latent_in, audio_in, text_in, cv, ca);
+  const int64_t n = L.tokens(), nv = L.video_tokens(), na = L.audio_len;
+  MAGI2_CHECK(ct >= 1 && ct <= plan.c_pad, "refiner text in-channels ", ct, " must be in [1, ", plan.c_pad, "]");
+  check_tensor(plan.modality, {n}, DType::I32, "refiner plan modality");
+  // Each packed row's row inside its modality (a serial pass: the checks throw).
+  const int32_t* mod = plan.modality.data_as<int32_t>();
+  std::vector<int64_t> row(static_cast<size_t>(n));
+  int64_t next[3] = {0, 0, 0};
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t src = plan.token_order[i];
+    MAGI2_CHECK(src >= 0 && src < n, "refiner plan: packed row ", i, " holds token ", src, " of ", n);
+    const int m = src < nv ? 0 : src < nv + na ? 1 : 2;
+    MAGI2_CHECK(mod[i] == m, "refiner plan: packed row ", i, " has modality ", mod[i], " but holds token ", src);
+    row[i] = next[m]++;
+  }
+  RefinerInputs r{.video = Tensor::empty({nv, cv}, DType::F32),
+                  .audio = Tensor::empty({na, ca}, DType::F32),
+                  .text = Tensor::zeros({L.text_len, ct}, DType::F32)};  // zeros: the columns past the features
+  float* pv = r.video.data_as<float>();
+  float* pa = r.audio.data_as<float>();
+  float* pt = r.text.data_as<float>();
+  const float* lv = in.latent.data_as<float>();
+  const int64_t tc = in.text.size(1), tw = std::min(tc, ct);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t src = plan.token_order[i];
+    if (src < nv) {
+      float* dst = pv + row[i] * cv;
+      for (int64_t ch = 0; ch < cv; ++ch) dst[ch] = lv[ch * nv + src];
+    } else if (src < nv + na) {
+      std::memcpy(pa + row[i] * ca, in.audio.data_as<float>() + (src - nv) * ca, ca * sizeof(float));
+    } else {
+      std::memcpy(pt + row[i] * ct, in.text.data_as<float>() + (src - nv - na) * tc, tw * sizeof(float));
+    }
+  }
+  return r;
+}
+
 Tensor unpack_refiner_video(const RefinerPlan& plan, const Tensor& out_in, int64_t cv) {
   const RefinerLayout& L = plan.layout;
-  const Tensor out = out_in.to(DType::F32);
+  // No copy of an f32 output (131 MB at 1080p, once per forward).
+  const Tensor out = out_in.dtype() == DType::F32 && out_in.is_contiguous() ? out_in : out_in.to(DType::F32);
   MAGI2_CHECK(out.dim() == 2 && out.size(0) == L.tokens() && out.size(1) >= cv, "refiner output: expected [",
               L.tokens(), ", >= ", cv, "], got ", shape_str(out_in.shape()));
   const int64_t nv = L.video_tokens(), c = out.size(1);
   Tensor v = Tensor::zeros({1, cv, L.frames, L.height, L.width}, DType::F32);
   float* pv = v.data_as<float>();
   const float* po = out.data_as<float>();
+  MAGI2_CHECK(static_cast<int64_t>(plan.token_order.size()) == L.tokens(), "refiner plan: ",
+              plan.token_order.size(), " packed rows for ", L.tokens(), " tokens");
+#pragma omp parallel for schedule(static)  // distinct rows write distinct cells
   for (int64_t i = 0; i < L.tokens(); ++i) {
     const int64_t src = plan.token_order[i];
     if (src >= nv) continue;

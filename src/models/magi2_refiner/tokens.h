@@ -43,6 +43,28 @@ RefinerPlan make_refiner_plan(const RefinerLayout& layout, const RefinerArch& ar
 Tensor pack_refiner_tokens(const RefinerPlan& plan, const Tensor& latent, const Tensor& audio, const Tensor& text,
                            int64_t video_channels, int64_t audio_channels);
 
+/// One forward's inputs split by modality: each modality's rows in packed
+/// order (the order Refiner keeps inside a modality), each exactly as wide as
+/// the pre-adapter reads (the arch's in-channels). The rows of x =
+/// pack_refiner_tokens(...) restricted to one modality and to its first
+/// in-channels columns, without the [N, c_pad] f32 tensor: at 1080p that is
+/// 514k x 5120 f32 = 10.5 GB, most of it padding of the 48-channel video rows,
+/// while these are ~100 MB.
+struct RefinerInputs {
+  Tensor video;  ///< [video tokens, C_v] f32
+  Tensor audio;  ///< [audio tokens, C_a] f32
+  Tensor text;   ///< [text tokens, C_t] f32
+};
+
+/// Splits the inputs of one forward (the arguments of pack_refiner_tokens, and
+/// the text in-channels C_t) into RefinerInputs for `plan`. A text narrower
+/// than C_t is zero-padded, as pack_refiner_tokens pads it to c_pad. Errors:
+/// those of pack_refiner_tokens, and a plan whose modality disagrees with its
+/// token order.
+RefinerInputs split_refiner_inputs(const RefinerPlan& plan, const Tensor& latent, const Tensor& audio,
+                                   const Tensor& text, int64_t video_channels, int64_t audio_channels,
+                                   int64_t text_channels);
+
 /// The video rows of a forward's output out [N, >= C_v] (packed order) as a
 /// latent [1, C_v, T, H, W] f32.
 Tensor unpack_refiner_video(const RefinerPlan& plan, const Tensor& out, int64_t video_channels);
