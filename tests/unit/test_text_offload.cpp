@@ -115,7 +115,8 @@ TEST(TextOffload, MemoryPlanOfALayerwiseTextEncoder) {
 
   // The CPU backend streams nothing: its plan is the resident one.
   MemoryPlanner cpu_lw(tiny_options("layerwise"), "cpu");
-  const StageMemory* tc = cpu_lw.plan(test::small_request(dir, "c"), 0, "none").stage("text_encoder");
+  const MemoryPlan pc = cpu_lw.plan(test::small_request(dir, "c"), 0, "none");
+  const StageMemory* tc = pc.stage("text_encoder");
   ASSERT_TRUE(tc);
   EXPECT_EQ(tc->pinned_host, 0u);
   EXPECT_EQ(tc->weights, tf->weights);
