@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -88,6 +89,33 @@ class CudaMoeGroupedTest : public test::CudaParityTest {
     std::printf("  %s: rel-RMS %.3e, max-abs %.3e, ref RMS %.3e\n", what, rel, mx,
                 std::sqrt(sr / static_cast<double>(ref.numel())));
     return {rel, mx};
+  }
+
+  // The routed experts of `c` (routing `hot`) through the grouped W13 + the
+  // SwiGLU7 pass and through `kind`, into poisoned outputs (every element must
+  // be written); `check` gets both outputs on the host and a re-run of `kind`.
+  void against_grouped(const Shape6& c, int hot, cuda::MoeExpertsRunner::W13Kernel kind,
+                       const std::function<void(const Tensor& ref, const Tensor& got,
+                                                const std::function<Tensor()>& again)>& check) {
+    std::printf("[T=%lld d_expert=%lld hot=%d]\n", static_cast<long long>(c.t), static_cast<long long>(c.de), hot);
+    const Inputs in = inputs(c, hot);
+    auto device_alloc = [](size_t bytes) {
+      void* ptr = nullptr;
+      EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
+      return std::shared_ptr<void>(ptr, [](void* q) { cudaFree(q); });
+    };
+    cuda::MoeExpertsRunner grouped(device_alloc, CudaOptions::kDefaultMoeMaxRows,
+                                   cuda::MoeExpertsRunner::W13Kernel::kGrouped);
+    cuda::MoeExpertsRunner other(device_alloc, CudaOptions::kDefaultMoeMaxRows, kind);
+    Tensor og = poisoned({c.t, c.mh * c.dh}, DType::BF16), oo = poisoned({c.t, c.mh * c.dh}, DType::BF16);
+    MoeExpertsParams p = device(c, in, og);
+    cuda::moe_experts(p, &grouped, stream());
+    p.out = oo;
+    cuda::moe_experts(p, &other, stream());
+    check(down(og), down(oo), [&] {
+      cuda::moe_experts(p, &other, stream());
+      return down(oo);
+    });
   }
 };
 
@@ -171,56 +199,28 @@ TEST_F(CudaMoeGroupedTest, TokenPassesGiveTheSameBytes) {
 TEST_F(CudaMoeGroupedTest, FusedW13MatchesTheGroupedGemm) {
   for (const Shape6 c : {Shape6{1000, 256, 1280, 2, 16, 6}, Shape6{300, 256, 192, 3, 40, 2}}) {
     if (!cuda::MoeExpertsRunner::supports(c.dh, c.de, c.k)) GTEST_SKIP() << "built without CUTLASS";
-    for (const int hot : {-1, 3}) {
-      std::printf("[T=%lld d_expert=%lld hot=%d]\n", static_cast<long long>(c.t), static_cast<long long>(c.de), hot);
-      const Inputs in = inputs(c, hot);
-      auto device_alloc = [](size_t bytes) {
-        void* ptr = nullptr;
-        EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
-        return std::shared_ptr<void>(ptr, [](void* q) { cudaFree(q); });
-      };
-      using K = cuda::MoeExpertsRunner::W13Kernel;
-      cuda::MoeExpertsRunner grouped(device_alloc, CudaOptions::kDefaultMoeMaxRows, K::kGrouped);
-      cuda::MoeExpertsRunner fused(device_alloc, CudaOptions::kDefaultMoeMaxRows, K::kFused);
-      Tensor og = poisoned({c.t, c.mh * c.dh}, DType::BF16), of = poisoned({c.t, c.mh * c.dh}, DType::BF16);
-      MoeExpertsParams p = device(c, in, og);
-      cuda::moe_experts(p, &grouped, stream());
-      p.out = of;
-      cuda::moe_experts(p, &fused, stream());
-      const Tensor ref = down(og), got = down(of);
-      const auto [rel, mx] = error_of(got, ref, "fused W13 + SwiGLU7 vs grouped");
-      EXPECT_LT(rel, 4e-3);
-      cuda::moe_experts(p, &fused, stream());
-      EXPECT_EQ(count_diff(down(of), got, "fused run to run"), 0);
-    }
+    for (const int hot : {-1, 3})
+      against_grouped(c, hot, cuda::MoeExpertsRunner::W13Kernel::kFused,
+                      [](const Tensor& ref, const Tensor& got, const std::function<Tensor()>& again) {
+                        const auto [rel, mx] = error_of(got, ref, "fused W13 + SwiGLU7 vs grouped");
+                        EXPECT_LT(rel, 4e-3);
+                        EXPECT_EQ(count_diff(again(), got, "fused run to run"), 0);
+                      });
   }
 }
 
-// SwiGLU7 in the gate GEMM's epilogue (W13Kernel::kEpilogue): the same GEMM
-// tiles and rounding points as the grouped W13 + the SwiGLU7 pass, so the same
-// bytes; skewed routing, partial tiles and experts without rows included;
-// every output element written (poisoned).
+// SwiGLU7 in the gate GEMM's epilogue and the routing weight in W2's
+// (W13Kernel::kEpilogue): the same GEMM tiles and rounding points as the
+// grouped W13 + the SwiGLU7 pass + the fp32 W2 and weighted combine, so the
+// same bytes; skewed routing, partial tiles and experts without rows included.
 TEST_F(CudaMoeGroupedTest, Swiglu7EpilogueGivesTheGroupedBytes) {
   for (const Shape6 c : {Shape6{1000, 256, 1280, 2, 16, 6}, Shape6{300, 64, 192, 3, 40, 2}}) {
     if (!cuda::MoeExpertsRunner::supports(c.dh, c.de, c.k)) GTEST_SKIP() << "built without CUTLASS";
-    for (const int hot : {-1, 3}) {
-      std::printf("[T=%lld d_expert=%lld hot=%d]\n", static_cast<long long>(c.t), static_cast<long long>(c.de), hot);
-      const Inputs in = inputs(c, hot);
-      auto device_alloc = [](size_t bytes) {
-        void* ptr = nullptr;
-        EXPECT_EQ(cudaMalloc(&ptr, bytes), cudaSuccess);
-        return std::shared_ptr<void>(ptr, [](void* q) { cudaFree(q); });
-      };
-      using K = cuda::MoeExpertsRunner::W13Kernel;
-      cuda::MoeExpertsRunner grouped(device_alloc, CudaOptions::kDefaultMoeMaxRows, K::kGrouped);
-      cuda::MoeExpertsRunner epilogue(device_alloc, CudaOptions::kDefaultMoeMaxRows, K::kEpilogue);
-      Tensor og = poisoned({c.t, c.mh * c.dh}, DType::BF16), oe = poisoned({c.t, c.mh * c.dh}, DType::BF16);
-      MoeExpertsParams p = device(c, in, og);
-      cuda::moe_experts(p, &grouped, stream());
-      p.out = oe;
-      cuda::moe_experts(p, &epilogue, stream());
-      EXPECT_EQ(count_diff(down(oe), down(og), "SwiGLU7 epilogue vs grouped"), 0);
-    }
+    for (const int hot : {-1, 3})
+      against_grouped(c, hot, cuda::MoeExpertsRunner::W13Kernel::kEpilogue,
+                      [](const Tensor& ref, const Tensor& got, const std::function<Tensor()>&) {
+                        EXPECT_EQ(count_diff(got, ref, "SwiGLU7 epilogue vs grouped"), 0);
+                      });
   }
 }
 

@@ -134,13 +134,8 @@ TEST(Offload, CpuBackendHasNoQueue) {
 
 EngineOptions tiny_options(const std::string& offload) {
   static const std::string cache = test::temp_dir("offload_cache");
-  EngineOptions o;
-  o.model = kBuiltinTiny;
-  o.cache.cache_dir = cache;
-  o.threads = 2;
-  o.text_encoder_device = "cpu";  // the DiT alone in the device pool: no sequential residency in the budget checks
-  o.offload = offload;
-  return o;
+  // The text encoder on the CPU: the DiT alone in the device pool, no sequential residency in the budget checks.
+  return test::tiny_engine_options(cache, "cpu", offload);
 }
 
 GenerateParams small_request() {

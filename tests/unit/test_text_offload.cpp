@@ -75,13 +75,7 @@ TEST(TextOffload, CpuBackendWithoutQueueIsResident) {
 
 EngineOptions tiny_options(const std::string& offload) {
   static const std::string cache = test::temp_dir("text_offload_cache");
-  EngineOptions o;
-  o.model = kBuiltinTiny;
-  o.cache.cache_dir = cache;
-  o.threads = 2;
-  o.text_encoder_device = "auto";  // on the DiT's backend: the GPU in these plans
-  o.offload = offload;
-  return o;
+  return test::tiny_engine_options(cache, "auto", offload);  // the text encoder on the DiT's backend: the GPU here
 }
 
 TEST(TextOffload, MemoryPlanOfALayerwiseTextEncoder) {
