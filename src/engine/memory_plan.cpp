@@ -65,6 +65,10 @@ constexpr uint64_t kDitBuffers = 1 + 26;
 // linear's input (cpu/linear.cpp), whichever is larger. FP8 routed experts on
 // CUDA (docs/fp8.md) add W8A16's two dequantised bf16 banks, or W8A8's two
 // transposed e4m3 banks and its activation scales (src/cuda/moe_w8a8.cu).
+// The smallest routed-expert pass the memory advice names (--moe-max-rows):
+// below it the passes get many and short.
+constexpr int64_t kMinAdvisedMoeRows = 65536;
+
 uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Compute compute, int64_t moe_max_rows) {
   const uint64_t h = a.num_heads_q(), hd = a.head_dim, d = a.hidden_size;
   if (!cuda) return std::max<uint64_t>(2 * n * h * hd * 4, n * std::max<uint64_t>(a.virtual_width(), a.dense_intermediate()) * 4);
@@ -627,10 +631,21 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
       const bool weights_alone = d->weights > budget;
       // --offload layerwise is named only when the same phase fits with the DiT's weights streamed.
       const bool lw_fits = cuda && !s.layerwise && need - d->weights + s.lw.device() <= budget;
+      // Smaller routed-expert passes (the same bytes, less workspace): the largest
+      // pass size, halving from the current one, with which the phase fits.
+      int64_t rows_fit = 0;
+      if (cuda && !a.moe_layers.empty() && !weights_alone) {
+        const Fp8Compute fc = fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute");
+        for (int64_t r = s.opt.cuda.moe_max_rows / 2; r >= kMinAdvisedMoeRows && rows_fit == 0; r /= 2)
+          if (need - d->workspace + dit_scratch(a, pack.total_tokens, cuda, s.fp8, fc, r) <= budget) rows_fit = r;
+      }
+      const std::string rows = rows_fit > 0 ? str_cat("--moe-max-rows ", rows_fit, " (smaller routed-expert passes, "
+                                                      "the same bytes), ")
+                                            : "";
       would = weights_alone ? str_cat(lw_fits ? "--offload layerwise (DiT weights streamed from host memory) or " : "",
                                       "--weights fp8-experts (routed experts in FP8, ", pct(budget, d->weights),
                                       " of the bf16 weights fit)")
-                            : str_cat("a smaller clip (--resolution 272p, fewer --seconds), ",
+                            : str_cat(rows, "a smaller clip (--resolution 272p, fewer --seconds), ",
                                       lw_fits ? "--offload layerwise, " : "", "--weights fp8-experts");
     } else if (run == rf) {
       would = str_cat("a smaller refined clip (fewer --seconds, a smaller --refiner-width/--refiner-height)",

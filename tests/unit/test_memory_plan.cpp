@@ -4,6 +4,8 @@
 // loaded once across samples), the budget check before loading, byte sizes.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
@@ -192,6 +194,32 @@ TEST(MemoryPlan, RequestOverTheBudgetStopsBeforeLoading) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).find("--offload"), std::string::npos) << e.what();
   }
+}
+
+// On CUDA the routed experts' workspace shrinks with smaller passes (the same
+// bytes): a budget one byte short of the denoise phase names --moe-max-rows,
+// and the plan with that pass size fits it.
+TEST(MemoryPlan, AdviceNamesSmallerMoePassesWhereTheyFit) {
+  const std::string dir = test::temp_dir("memplan_moe_rows");
+  EngineOptions o = tiny_options();
+  o.device = "auto";
+  GenerateParams p = small_request(dir, "a");
+  p.width = 448, p.height = 256, p.seconds = 10;  // enough routed rows for passes of >= 65,536
+  const MemoryPlan free_plan = MemoryPlanner(o, "cuda").plan(p, 0, "none");
+  const MemoryPlan::Phase* dn = free_plan.phase("denoise");
+  ASSERT_NE(dn, nullptr);
+  const uint64_t budget = free_plan.stage("dit")->total() - 1;
+  const MemoryPlan over = MemoryPlanner(o, "cuda").plan(p, budget, "--max-device-memory");
+  ASSERT_FALSE(over.fits);
+  const size_t at = over.advice.find("--moe-max-rows ");
+  ASSERT_NE(at, std::string::npos) << over.advice;
+  std::printf("%s\n", over.advice.c_str());
+  o.cuda.moe_max_rows = std::stoll(over.advice.substr(at + 15));
+  EXPECT_LT(o.cuda.moe_max_rows, CudaOptions::kDefaultMoeMaxRows);
+  EXPECT_TRUE(MemoryPlanner(o, "cuda").plan(p, budget, "--max-device-memory").fits) << o.cuda.moe_max_rows;
+  // The CPU backend has no such workspace: never named there.
+  const MemoryPlan cpu = MemoryPlanner(tiny_options(), "cpu").plan(p, 1, "--max-device-memory");
+  EXPECT_EQ(cpu.advice.find("--moe-max-rows"), std::string::npos) << cpu.advice;
 }
 
 }  // namespace

@@ -535,11 +535,7 @@ Command bench_command() {
                   "step bench on CUDA: device bytes the run may take (e.g. 40GiB; the rest of the GPU is held "
                   "first, so a run that needs more fails with out of memory); default: the whole GPU")
         ->envname("MAGI2_BENCH_MAX_DEVICE_MEMORY");
-    s->add_option("--moe-max-rows", a.moe_max_rows, "routed rows (tokens x heads x top-k) one routed-experts pass "
-                  "takes on CUDA; more run in token passes (same bytes, less workspace)")
-        ->envname("MAGI2_BENCH_MOE_MAX_ROWS")
-        ->check(CLI::Range(int64_t{1}, (int64_t{1} << 31) - 1))
-        ->capture_default_str();
+    add_moe_max_rows_option(s, a.moe_max_rows);
     s->add_option("--resolutions", a.resolutions, "comma-separated: 272p, 540p (--stage decode: also 1080p, the "
                   "refined latent of a 10 s clip)")
         ->envname("MAGI2_BENCH_RESOLUTIONS")

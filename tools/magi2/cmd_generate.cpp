@@ -53,6 +53,7 @@ struct GenerateArgs {
   bool truncate = false;
   int threads = 0;
   std::string device = "auto", weights = "auto", router_bias = "ema", cuda_attention = "auto";
+  int64_t moe_max_rows = CudaOptions::kDefaultMoeMaxRows;  ///< --moe-max-rows
   std::string fp8_compute = "w8a16";
   std::string offload = "none";
   bool enhance_prompt = false;
@@ -151,6 +152,7 @@ int run_generate(const GenerateArgs& a) {
   ec.weights = a.weights;
   ec.router_bias = a.router_bias;
   ec.cuda.attention = a.cuda_attention;
+  ec.cuda.moe_max_rows = a.moe_max_rows;
   ec.fp8_compute = a.fp8_compute;
   ec.offload = a.offload;
   if (a.enhance_prompt) {
@@ -364,6 +366,7 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
     add_weights_option(s, a.weights);
     add_router_bias_option(s, a.router_bias);
     add_cuda_attention_option(s, a.cuda_attention);
+    add_moe_max_rows_option(s, a.moe_max_rows);
     add_text_encoder_device_option(s, a.text_encoder_device);
     add_decoder_device_option(s, a.decoder_device);
     add_fp8_compute_option(s, a.fp8_compute);

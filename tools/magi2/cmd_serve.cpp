@@ -127,6 +127,7 @@ Command serve_command() {
     add_weights_option(s, a.engine.weights);
     add_router_bias_option(s, a.engine.router_bias);
     add_cuda_attention_option(s, a.engine.cuda.attention);
+    add_moe_max_rows_option(s, a.engine.cuda.moe_max_rows);
     add_text_encoder_device_option(s, a.engine.text_encoder_device);
     add_decoder_device_option(s, a.engine.decoder_device);
     add_fp8_compute_option(s, a.engine.fp8_compute);

@@ -58,6 +58,16 @@ CLI::Option* add_fp8_compute_option(CLI::App* app, std::string& dst) {
                     {"w8a16", "w8a8"}, "MAGI2_FP8_COMPUTE");
 }
 
+CLI::Option* add_moe_max_rows_option(CLI::App* app, int64_t& dst) {
+  return app
+      ->add_option("--moe-max-rows", dst,
+                   "routed rows (tokens x heads x top-k) one routed-experts pass takes on CUDA; more run in token "
+                   "passes (same bytes, less workspace: e.g. 1000000 for 540p with the whole model in FP8)")
+      ->envname("MAGI2_MOE_MAX_ROWS")
+      ->check(CLI::Range(int64_t{1}, (int64_t{1} << 31) - 1))
+      ->capture_default_str();
+}
+
 CLI::Option* add_offload_option(CLI::App* app, std::string& dst) {
   return add_choice(app, "--offload", dst,
                     "where the layer weights of the DiT and the text encoder live: none (all on the device) or "

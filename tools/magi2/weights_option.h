@@ -3,11 +3,12 @@
 // forward, inspect, serve), `--cuda-attention` (generate, refine, forward,
 // bench, serve; docs/cuda.md), `--text-encoder-device` (generate, refine,
 // encode-text, serve), `--decoder-device` (generate, refine, serve),
-// `--fp8-compute` (generate, forward, bench, serve; docs/fp8.md) and `--offload`
-// (generate, bench, serve; docs/memory.md). Each has its MAGI2_* env mirror here, so the library itself
+// `--fp8-compute` (generate, forward, bench, serve; docs/fp8.md), `--offload`
+// (generate, bench, serve; docs/memory.md) and `--moe-max-rows` (generate, bench, serve). Each has its MAGI2_* env mirror here, so the library itself
 // reads no environment.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace CLI {
@@ -28,6 +29,12 @@ CLI::Option* add_router_bias_option(CLI::App* app, std::string& dst);
 /// Adds `--cuda-attention auto|fp32` (env MAGI2_CUDA_ATTENTION) writing to
 /// `dst` (CudaOptions::attention); other values are refused at parse time.
 CLI::Option* add_cuda_attention_option(CLI::App* app, std::string& dst);
+
+/// Adds `--moe-max-rows N` (env MAGI2_MOE_MAX_ROWS) writing to `dst`
+/// (CudaOptions::moe_max_rows): the routed rows (tokens x heads x top-k) of
+/// one routed-experts pass on CUDA; a call over more runs in token passes with
+/// the same bytes and less workspace. Values outside [1, 2^31) are refused.
+CLI::Option* add_moe_max_rows_option(CLI::App* app, int64_t& dst);
 
 /// Adds `--text-encoder-device cpu|auto` (env MAGI2_TEXT_ENCODER_DEVICE)
 /// writing to `dst` (EngineOptions::text_encoder_device: cpu = the reference
