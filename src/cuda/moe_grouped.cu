@@ -2,8 +2,9 @@
 // sort of the routes into flat-expert order, a gather of the routed rows, the
 // W13 grouped GEMMs (by default the up GEMM, then the gate GEMM with SwiGLU7
 // in its epilogue; or gate and up in one GEMM and SwiGLU7 in place), the W2
-// grouped GEMM (fp32 out) and the deterministic combine. Everything stays on the device (no host
-// sync), so a planned call is capturable into a CUDA graph.
+// grouped GEMM (by default with the routing weight in its epilogue, bf16 out;
+// else fp32 out) and the deterministic combine. Everything stays on the device
+// (no host sync), so a planned call is capturable into a CUDA graph.
 //
 // Order and determinism: expert f's rows are its routes (t, j) in ascending
 // token then slot (the official CSR order), built without order-changing
@@ -288,8 +289,8 @@ MoeExpertsRunner::W13Kernel w13_kernel_from_env() {
 
 }  // namespace
 
-// The SwiGLU7 epilogue since the H200 run of 2026-12-04: the grouped path's
-// bytes, routed experts 18.1 -> 16.9 ms a MoE layer at 272p (docs/perf.md).
+// The epilogues since the H200 runs of 2026-12-04: the grouped path's bytes,
+// routed experts 18.1 -> 16.2 ms a MoE layer at 272p (docs/perf.md).
 MoeExpertsRunner::W13Kernel MoeExpertsRunner::w13_kernel_default() { return W13Kernel::kEpilogue; }
 
 MoeExpertsRunner::MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows, W13Kernel w13)
