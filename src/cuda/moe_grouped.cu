@@ -28,8 +28,8 @@
 #include "cuda/device_fp.cuh"
 #include "cuda/fused_kernels.h"
 #include "cuda/mhc_moe.h"
+#include "cuda/moe_expert_fused.h"
 #include "cuda/moe_gemm.h"
-#include "cuda/moe_w13_swiglu7.h"
 #include "cuda/moe_w8a8.h"
 #include "ops/numerics.h"
 
@@ -253,11 +253,11 @@ struct MoeExpertsRunner::Plan {
   int mh = 0, ne = 0, k = 0, chunks = 0;
   int64_t max_rows = 0;
   std::shared_ptr<void> cnt, total, offsets, pos, src, xp, hbuf, y;
-  // The fused W13 + SwiGLU7 (moe_w13_swiglu7.h; MAGI2_MOE_KERNEL=fused):
-  // Z [R, DE] in hbuf, read by w2_fused (lda DE); its tile starts.
-  bool fused_w13 = false;
-  // SwiGLU7 in the gate GEMM's epilogue (W13Kernel::kEpilogue): w13_up writes
-  // U into hbuf's second half, w13_gate then Z into its first.
+  // The whole expert in one kernel (moe_expert_fused.h; W13Kernel::kFused):
+  // bf16(Y x weight) into y, then the weighted combine; its tile starts.
+  bool fused = false;
+  // SwiGLU7 in the gate GEMM's epilogue (W13Kernel::kEpilogue, and kFused's
+  // fallback): w13_up writes U into hbuf's second half, w13_gate then Z into its first.
   bool epilogue_w13 = false;
   std::unique_ptr<ExpertGemm> w13_up, w13_gate;
   // ... and W2 with the routing weight in its epilogue: wrow [R] the rows'
@@ -268,7 +268,7 @@ struct MoeExpertsRunner::Plan {
   std::shared_ptr<void> wdq;  // FP8 experts: two dequantised bf16 banks [F, DH, DE], made on the first FP8 call
   std::unique_ptr<MoeW8a8> w8a8;  // FP8 experts with --fp8-compute w8a8: made on the first such call
   size_t xp_bytes = 0, hbuf_bytes = 0;
-  std::unique_ptr<ExpertGemm> w13, w2, w2_fused;
+  std::unique_ptr<ExpertGemm> w13, w2;  // W13Kernel::kGrouped: gate and up in one GEMM, fp32 W2
 };
 
 namespace {
@@ -342,11 +342,12 @@ void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, i
   p->hbuf_bytes = static_cast<size_t>(p->max_rows * 2 * de) * 2;  // the W8A8 pass borrows these two
   p->y = get(p->max_rows * dh, 4);
 #if MAGI2_HAVE_CUTLASS
-  // Opt-in (MAGI2_MOE_KERNEL=fused): bit-identical to the grouped path on the
-  // H200 but slower there (272p: 14.9 ms against 0.8 + 8.0 + 5.0 ms, docs/perf.md).
   const W13Kernel w13 = w13_ == W13Kernel::kFromEnv ? w13_kernel_from_env() : w13_;
-  p->fused_w13 = w13 == W13Kernel::kFused && moe_w13_swiglu7_supported(dh, de);
-  p->epilogue_w13 = w13 == W13Kernel::kEpilogue;
+  // kFused falls back to the epilogues for what it does not take (FP8 banks,
+  // unaligned rows, other widths), so it plans both.
+  p->fused = w13 == W13Kernel::kFused && moe_expert_fused_supported(dh, de);
+  p->epilogue_w13 = w13 == W13Kernel::kEpilogue || w13 == W13Kernel::kFused;
+  if (p->fused) p->tile_start = get(nf + 1, 4);
   if (p->epilogue_w13) {
     p->w13_up = make_expert_gemm_bf16({.experts = static_cast<int>(nf), .parts = 1, .n = de, .k = dh, .lda = dh,
                                        .ldd = 2 * de}, alloc_);
@@ -355,16 +356,12 @@ void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, i
     p->w2_weighted = make_expert_gemm_row_scale({.experts = static_cast<int>(nf), .parts = 1, .n = dh, .k = de,
                                                  .lda = 2 * de, .ldd = dh}, alloc_);
     p->wrow = get(p->max_rows, 4);
+  } else {
+    p->w13 = make_expert_gemm_bf16({.experts = static_cast<int>(nf), .parts = 2, .n = de, .k = dh, .lda = dh,
+                                    .ldd = 2 * de}, alloc_);
+    p->w2 = make_expert_gemm_f32({.experts = static_cast<int>(nf), .parts = 1, .n = dh, .k = de, .lda = 2 * de,
+                                  .ldd = dh}, alloc_);
   }
-  if (p->fused_w13) {
-    p->tile_start = get(nf + 1, 4);
-    p->w2_fused = make_expert_gemm_f32({.experts = static_cast<int>(nf), .parts = 1, .n = dh, .k = de, .lda = de,
-                                        .ldd = dh}, alloc_);
-  }
-  p->w13 = make_expert_gemm_bf16({.experts = static_cast<int>(nf), .parts = 2, .n = de, .k = dh, .lda = dh,
-                                  .ldd = 2 * de}, alloc_);
-  p->w2 = make_expert_gemm_f32({.experts = static_cast<int>(nf), .parts = 1, .n = dh, .k = de, .lda = 2 * de,
-                                .ldd = dh}, alloc_);
 #endif
   plan_ = std::move(p);
 }
@@ -408,7 +405,8 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
     MAGI2_CUDA_CHECK_LAUNCH("moe_experts combine");
   };
   const bool w8a8 = prm.w_gate.dtype() == DType::F8E4M3 && prm.fp8_compute == Fp8Compute::W8A8;
-  // The routing weight in W2's epilogue (with the SwiGLU7 epilogue; not the W8A8 pass, which has its own W2).
+  // The routing weight in W2's epilogue (with the SwiGLU7 epilogue and in the
+  // fused kernel; not the W8A8 pass, which has its own W2).
   const bool weighted_w2 = p.epilogue_w13 && !w8a8;
   const dim3 sort_grid(static_cast<unsigned>(chunks), static_cast<unsigned>(mh));
   route_hist<<<sort_grid, kChunk, static_cast<size_t>(ne) * 4, s>>>(ps.idx, ps.hs, routes, ne, chunks, i32(p.cnt));
@@ -435,8 +433,9 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
   }
   const auto* r = static_cast<const uint16_t*>(prm.r.data());
   const bool vec = reinterpret_cast<uintptr_t>(r) % 16 == 0 && prm.r.row_stride() % 8 == 0 && dh % 8 == 0;
-  // The fused W13 + SwiGLU7 gathers the rows itself (16-byte copies: aligned rows only).
-  const bool fused = p.fused_w13 && vec;
+  // The fused kernel gathers the rows itself (16-byte copies: aligned rows
+  // only) and reads bf16 banks (FP8 banks take the epilogue path's dequantisation).
+  const bool fused = p.fused && vec && prm.w_gate.dtype() == DType::BF16;
   if (!fused) {
     route_gather<<<grid_of(max_rows * 32, 256), 256, 0, s>>>(r, prm.r.row_stride(), mh, dh, i32(p.src),
                                                              i32(p.offsets), nf, max_rows,
@@ -444,6 +443,23 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
     MAGI2_CUDA_CHECK_LAUNCH("moe_experts gather");
   }
   if (mark) mark(0);
+  if (fused) {  // the whole expert in one kernel: bf16(Y x weight) into y, then the weighted combine
+#if MAGI2_HAVE_CUTLASS
+    moe_expert_fused({.r = r, .ldr = prm.r.row_stride(), .mh = mh, .dh = dh, .de = de, .src = i32(p.src),
+                      .offsets = i32(p.offsets), .nf = nf, .max_rows = max_rows,
+                      .w_gate = static_cast<const uint16_t*>(prm.w_gate.data()),
+                      .w_up = static_cast<const uint16_t*>(prm.w_up.data()),
+                      .w_down = static_cast<const uint16_t*>(prm.w_down.data()),
+                      .wrow = static_cast<const float*>(p.wrow.get()), .y = static_cast<uint16_t*>(p.y.get()),
+                      .tile_start = i32(p.tile_start)},
+                     s);
+#endif
+    if (mark)
+      for (int i = 1; i <= 3; ++i) mark(i);  // one kernel for W13, SwiGLU7 and W2
+    combine(true);
+    if (mark) mark(4);
+    return;
+  }
   const bool fp8 = prm.w_gate.dtype() == DType::F8E4M3;
   const int64_t bank = static_cast<int64_t>(nf) * dh * de;  // elements of one bank
   uint16_t* dq0 = nullptr;
@@ -473,17 +489,7 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
   }
   const void* b13[2] = {fp8 ? dq0 : prm.w_gate.data(), fp8 ? dq1 : prm.w_up.data()};
   ExpertGemm* w2 = p.w2.get();
-  if (fused) {  // W13 + SwiGLU7 in one kernel that gathers its rows; Z [R, DE] for w2_fused
-#if MAGI2_HAVE_CUTLASS
-    moe_w13_swiglu7({.r = r, .ldr = prm.r.row_stride(), .mh = mh, .dh = dh, .de = de, .src = i32(p.src),
-                     .offsets = i32(p.offsets), .nf = nf, .max_rows = max_rows,
-                     .w_gate = static_cast<const uint16_t*>(b13[0]), .w_up = static_cast<const uint16_t*>(b13[1]),
-                     .z = static_cast<uint16_t*>(p.hbuf.get()), .ldz = de, .tile_start = i32(p.tile_start)},
-                    s);
-#endif
-    w2 = p.w2_fused.get();
-    if (mark) mark(1);
-  } else if (p.epilogue_w13) {  // U into hbuf[:, de:], then Z = swiglu7(gate, U) into hbuf[:, :de]
+  if (p.epilogue_w13) {  // U into hbuf[:, de:], then Z = swiglu7(gate, U) into hbuf[:, :de]
     p.w13_up->run(i32(p.offsets), p.xp.get(), &b13[1], static_cast<uint16_t*>(p.hbuf.get()) + de, s);
     p.w13_gate->run(i32(p.offsets), p.xp.get(), &b13[0], p.hbuf.get(), s);
     if (mark) mark(1);

@@ -190,20 +190,20 @@ TEST_F(CudaMoeGroupedTest, TokenPassesGiveTheSameBytes) {
   }
 }
 
-// The fused W13 + SwiGLU7 kernel (rows gathered in the kernel, gate and up in
-// one pair of accumulators) against the CUTLASS W13 + the separate SwiGLU7
-// pass: the same rounding points (G, U, Z in bf16), only the fp32 summation
-// order of G and U differs, so the outputs agree to a few bf16 ulps; skewed
-// routing, an odd number of 64-column chunks, partial 128-row tiles and
-// experts without rows included; every output element written (poisoned).
-TEST_F(CudaMoeGroupedTest, FusedW13MatchesTheGroupedGemm) {
+// The whole expert in one kernel (W13Kernel::kFused, moe_expert_fused.h): the
+// same rounding points (G, U, Z, bf16(Y x w)) and each element one fp32 wgmma
+// chain over k in ascending 16-blocks, as the grouped GEMMs, so the same
+// bytes; skewed routing, partial 128-row tiles, experts without rows and a
+// d_expert of 3 chunk pairs included; every output element written (poisoned).
+TEST_F(CudaMoeGroupedTest, FusedExpertsGiveTheGroupedBytes) {
   for (const Shape6 c : {Shape6{1000, 256, 1280, 2, 16, 6}, Shape6{300, 256, 192, 3, 40, 2}}) {
     if (!cuda::MoeExpertsRunner::supports(c.dh, c.de, c.k)) GTEST_SKIP() << "built without CUTLASS";
     for (const int hot : {-1, 3})
       against_grouped(c, hot, cuda::MoeExpertsRunner::W13Kernel::kFused,
                       [](const Tensor& ref, const Tensor& got, const std::function<Tensor()>& again) {
-                        const auto [rel, mx] = error_of(got, ref, "fused W13 + SwiGLU7 vs grouped");
+                        const auto [rel, mx] = error_of(got, ref, "fused experts vs grouped");
                         EXPECT_LT(rel, 4e-3);
+                        EXPECT_EQ(count_diff(got, ref, "fused experts vs grouped"), 0);
                         EXPECT_EQ(count_diff(again(), got, "fused run to run"), 0);
                       });
   }
