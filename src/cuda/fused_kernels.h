@@ -13,8 +13,10 @@
 //   and the Sinkhorn iterations of 32 tokens run by one warp (a lane each).
 // - Router: the [T, 256] x [256, 256] fp32 logits per head on bf16 tensor
 //   cores (three-term split of the gate), then the reference's sigmoid,
-//   selection order, normalisation and margin in the same kernel. Selections
-//   equal the reference's wherever the selection margin exceeds the logit noise.
+//   selection order, normalisation and margin in the same kernel (the exact
+//   sigmoid only for the few candidates a bounded fast sigmoid leaves:
+//   RouteSelect). Selections equal the reference's wherever the selection
+//   margin exceeds the logit noise.
 //
 // The launchers check only what the fast path needs beyond the reference's
 // own checks (alignment, widths) and return false when it does not apply;

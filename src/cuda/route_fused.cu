@@ -2,7 +2,8 @@
 // head, the fp32 logits [T, E] = r_h [T, dh] (bf16) x gate_h^T on bf16 tensor
 // cores with the gate split in three bf16 terms (mma_split.cuh), then in the
 // same kernel the reference's sigmoid (glibc-exact exp), selection,
-// normalisation and margin (route_select.cuh). The params were checked by
+// normalisation and margin (route_select.cuh), by one of two selections with
+// the same bytes (RouteSelect, below). The params were checked by
 // moe_route (moe.cu). FLOPs at 272p: 3 x 2 x 29,872 x 3,072 x 256 = 141 G on
 // the tensor cores; reads 183 MB of r.
 #include <cstdint>
