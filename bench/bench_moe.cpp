@@ -167,6 +167,8 @@ int run(int argc, char** argv) {
   // The opt-in fast kernels (MAGI2_MHC_KERNEL / MAGI2_ROUTER_KERNEL=fused), timed beside the reference ones.
   cuda::SplitScratch scratch(dev_alloc);
   const cuda::FusedPaths fast{.mhc = true, .router = true, .scratch = &scratch};
+  const cuda::FusedPaths fast_warp{
+      .mhc = true, .router = true, .scratch = &scratch, .router_select = cuda::RouteSelect::kWarp};
 
   for (const int64_t t : tokens) {
     std::printf("\n### %lld tokens (%d heads x %d experts, top-%d, d_head %lld, d_expert %lld)\n\n",
@@ -183,6 +185,9 @@ int run(int argc, char** argv) {
     // FLOPs counted once (the fp32 contraction), not per bf16 split term.
     row("router, fused (bf16x3 tensor cores + top-6, MAGI2_ROUTER_KERNEL=fused)",
         b.median_ms([&] { cuda::moe_route(rp, b.s, &fast); }), 2.0 * t * nf * kDh, ceiling);
+    // The first fused router's selection (a warp per row over all experts): the same bytes, timed beside.
+    row("router, fused, warp selection (RouteSelect::kWarp)",
+        b.median_ms([&] { cuda::moe_route(rp, b.s, &fast_warp); }), 2.0 * t * nf * kDh, ceiling);
     const MoeExpertsParams ep{.r = r, .w_gate = w_gate, .w_up = w_up, .w_down = w_down, .idx = idx, .weight = wt,
                               .out = out, .num_heads = kHeads, .num_experts = kExperts, .top_k = kTopK};
     const double rows = static_cast<double>(t) * kHeads * kTopK;

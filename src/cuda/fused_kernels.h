@@ -13,8 +13,10 @@
 //   and the Sinkhorn iterations of 32 tokens run by one warp (a lane each).
 // - Router: the [T, 256] x [256, 256] fp32 logits per head on bf16 tensor
 //   cores (three-term split of the gate), then the reference's sigmoid,
-//   selection order, normalisation and margin in the same kernel. Selections
-//   equal the reference's wherever the selection margin exceeds the logit noise.
+//   selection order, normalisation and margin in the same kernel (the exact
+//   sigmoid only for the few candidates a bounded fast sigmoid leaves:
+//   RouteSelect). Selections equal the reference's wherever the selection
+//   margin exceeds the logit noise.
 //
 // The launchers check only what the fast path needs beyond the reference's
 // own checks (alignment, widths) and return false when it does not apply;
@@ -57,11 +59,19 @@ class SplitScratch {
 /// (MoeExpertsRunner::W13Kernel, mhc_moe.h). fused_paths.cpp.
 bool fused_selected(const char* env_name, bool fused_default = true);
 
+/// The fused router's selection after its tensor-core logits; both give the
+/// same bytes for the same logits (route_fused.cu).
+enum class RouteSelect {
+  kFiltered,  ///< a fast-sigmoid bound filters each row to a few candidates, ranked exactly (default)
+  kWarp,      ///< a warp per row over all its experts (the first fused router; bench and test)
+};
+
 /// The fast paths chosen for a backend: which families and the shared scratch.
 struct FusedPaths {
   bool mhc = false;     ///< MAGI2_MHC_KERNEL=fused
   bool router = false;  ///< MAGI2_ROUTER_KERNEL=fused
   SplitScratch* scratch = nullptr;
+  RouteSelect router_select = RouteSelect::kFiltered;  ///< with router: which selection
 };
 
 /// mHC logits of checked params (mhc_fused.cu): false when the width is not
@@ -75,6 +85,8 @@ bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s);
 bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s);
 /// Router of checked params (route_fused.cu): false unless d_head is a multiple
 /// of 32, the experts per head a multiple of 32 and at most 256, and r's rows 16-byte aligned.
-bool moe_route_fused(const MoeRouteParams& p, SplitScratch& scratch, cudaStream_t s);
+/// `select` picks the selection; kFiltered runs kWarp's when top-k exceeds 7.
+bool moe_route_fused(const MoeRouteParams& p, SplitScratch& scratch, cudaStream_t s,
+                     RouteSelect select = RouteSelect::kFiltered);
 
 }  // namespace magi2::cuda

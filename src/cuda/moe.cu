@@ -222,7 +222,7 @@ void moe_route(const MoeRouteParams& p, cudaStream_t s, const FusedPaths* fast) 
   const size_t shared = route_shared_bytes(dh, ne);
   MAGI2_CHECK(shared <= kMaxOptInShared, "moe_route: ", dh, " head dims and ", ne, " experts exceed shared memory");
   if (t == 0) return;
-  if (fast != nullptr && fast->router && moe_route_fused(p, *fast->scratch, s)) return;
+  if (fast != nullptr && fast->router && moe_route_fused(p, *fast->scratch, s, fast->router_select)) return;
   static const bool opted_in = [] {  // not a stream operation: fine during graph capture
     MAGI2_CUDA_CHECK(cudaFuncSetAttribute(moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(kMaxOptInShared)));

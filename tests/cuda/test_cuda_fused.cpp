@@ -7,7 +7,9 @@
 // - mHC pre and post + residual: bit for bit (same fp32 operations);
 // - router: the same experts on every (head, token) whose CPU selection margin
 //   exceeds 0.01 and weights within 3e-5 relative; bit for bit where the
-//   logits are exact (zero gate rows) and for forced routing's indices.
+//   logits are exact (zero gate rows) and for forced routing's indices; and
+//   its two selections (RouteSelect) bit for bit on the same logits, planted
+//   ties and non-finite scores included.
 // Each fast launcher must accept these shapes (returns true), so the test
 // cannot pass on the reference fallback. Skips when no GPU is present (CI).
 #include <cuda_runtime.h>
@@ -185,6 +187,71 @@ TEST_F(CudaFusedTest, RouterSelectsAsTheReferenceWhereTheMarginIsClear) {
       EXPECT_EQ(exact_bad, 0);
       EXPECT_GT(clear, mh * t / 4);  // the comparison covered a good share of the pairs
       EXPECT_LE(max_margin_err, 1e-4);
+    }
+  }
+}
+
+// The fused router's two selections (fused_kernels.h RouteSelect) on the same
+// tensor-core logits: idx, weights and margin bit for bit. Planted beside the
+// random heads: head 0 every logit 0 with 5 bias levels (~51-way ties: past the
+// candidate cap, the exact fallback), head 1 NaN biases, head 2 three experts
+// with the same gate row and bias (exact ties among candidates), head 3 a NaN
+// in one token's r (a row of NaN scores), head 4 every logit 0 with 4-way tied
+// bias levels (ties inside the cap), head 5 a NaN gate row (a NaN score in
+// every row), head 6 an infinite bias (no bound: the whole head falls back),
+// head 7 logits ~ +-100 (saturated sigmoids), and a token with r = 0.
+void plant_select_cases(Tensor& r, Tensor& gate, Tensor& bias, int mh, int ne, int64_t dh) {
+  float* g = gate.data_as<float>();
+  float* b = bias.data_as<float>();
+  auto row = [&](int h, int e) { return g + (static_cast<int64_t>(h) * ne + e) * dh; };
+  if (mh > 2) {
+    for (int e = 11; e <= 12; ++e) {
+      std::copy(row(2, 10), row(2, 10) + dh, row(2, e));
+      b[2 * ne + e] = b[2 * ne + 10];
+    }
+    for (int64_t i = 0; i < dh; ++i) row(2, 10)[i] *= 3.f, row(2, 11)[i] *= 3.f, row(2, 12)[i] *= 3.f;
+  }
+  if (mh > 3) r.data_as<uint16_t>()[5 * r.size(1) + 3 * dh] = 0x7fc0;  // bf16 NaN, token 5, head 3
+  if (mh > 4)
+    for (int e = 0; e < ne; ++e) {
+      std::fill(row(4, e), row(4, e) + dh, 0.f);
+      b[4 * ne + e] = 0.01f * static_cast<float>(e % (ne / 4));
+    }
+  if (mh > 5) row(5, 7)[0] = NAN;
+  if (mh > 6) b[6 * ne + 3] = INFINITY;
+  if (mh > 7)
+    for (int e = 0; e < ne; ++e)
+      for (int64_t i = 0; i < dh; ++i) row(7, e)[i] *= 100.f;
+  std::fill(r.data_as<uint16_t>() + 9 * r.size(1), r.data_as<uint16_t>() + 10 * r.size(1), uint16_t{0});
+}
+
+TEST_F(CudaFusedTest, RouterFilteredSelectionEqualsTheWarpSelectionBitForBit) {
+  for (const RouteCase rc : {RouteCase{1000, 256, 12, 256, 6}, RouteCase{77, 64, 4, 64, 4},
+                             RouteCase{200, 32, 8, 32, 7}, RouteCase{130, 64, 8, 128, 1}}) {
+    const int64_t t = rc.t, dh = rc.dh;
+    const int mh = rc.mh, ne = rc.ne, k = rc.k;
+    print_route_case(rc);
+    Tensor r = random({t, mh * dh}, DType::BF16, 1.2f);
+    Tensor gate = random({mh * ne, dh}, DType::F32, 1.f / std::sqrt(static_cast<float>(dh)));
+    Tensor bias = random({mh * ne}, DType::F32, 0.3f);
+    plant_route_ties(gate, bias, ne, dh);
+    plant_select_cases(r, gate, bias, mh, ne, dh);
+    const Tensor forced = test::random_routes(mh, t, ne, k, 11);
+    const Tensor r_g = up(r), gate_g = up(gate), bias_g = up(bias), forced_g = up(forced);
+    for (int mode = 0; mode < 3; ++mode) {  // normalised, not normalised, forced
+      const bool normalize = mode != 1, force = mode == 2;
+      std::printf("  %s\n", force ? "forced" : normalize ? "normalised" : "not normalised");
+      const auto [i_ref, w_ref, m_ref, ig, wg, mg] = route_outputs(mh, t, k);
+      const auto [i_ref2, w_ref2, m_ref2, iw, ww, mw] = route_outputs(mh, t, k);
+      MoeRouteParams p{.r = r_g, .gate = gate_g, .bias = bias_g, .idx = ig, .weight = wg,
+                       .forced_idx = force ? forced_g : Tensor(), .margin = mg, .num_heads = mh, .num_experts = ne,
+                       .top_k = k, .route_scale = 4.9f, .normalize = normalize};
+      ASSERT_TRUE(cuda::moe_route_fused(p, *scratch_, stream(), cuda::RouteSelect::kFiltered));
+      p.idx = iw, p.weight = ww, p.margin = mw;
+      ASSERT_TRUE(cuda::moe_route_fused(p, *scratch_, stream(), cuda::RouteSelect::kWarp));
+      EXPECT_EQ(count_diff(down(ig), down(iw), "    idx"), 0);
+      EXPECT_EQ(count_diff(down(wg), down(ww), "    weight"), 0);
+      EXPECT_EQ(count_diff(down(mg), down(mw), "    margin"), 0);
     }
   }
 }
