@@ -1,7 +1,7 @@
 // The fast kernels of issue 11 for mHC (spec magi2-dit.md §9) and the router
 // (§8.2), selected by MAGI2_MHC_KERNEL and MAGI2_ROUTER_KERNEL (each "fused",
-// the default, or "reference"; docs/cuda.md), and the switch of the routed
-// experts' fused W13 + SwiGLU7 (MAGI2_MOE_KERNEL=fused). Host-only header.
+// the default, or "reference"; docs/cuda.md). The routed experts' kernel has
+// its own switch (MAGI2_MOE_KERNEL, mhc_moe.h). Host-only header.
 //
 // - mHC logits: RMSNorm(12288) and the 24 logits of 64 tokens per block on
 //   bf16 tensor cores with a three-term bf16 split of (1 + w) * phi

@@ -100,6 +100,20 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
 
+// bf16x2 = (bf16(hi) << 16) | bf16(lo), round to nearest even in one
+// instruction. The same bits as dev::f32_to_bf16 for every non-NaN value
+// (subnormals included: no .ftz); a NaN becomes the canonical one, which is
+// what CUTLASS's converter in the epilogue path gives for the output, and a
+// NaN in G, U or Z leaves only NaN in Y either way. Per element the SwiGLU7
+// chunk is the kernel's main non-tensor work, so its instruction count matters.
+__device__ __forceinline__ uint32_t bf16x2_rn(float hi, float lo) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ __forceinline__ float bf16_lo(uint32_t p) { return __uint_as_float(p << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t p) { return __uint_as_float(p & 0xffff0000u); }
+
 // tile_start[f] = tiles of the experts before f; tile_start[nf] = all tiles.
 __global__ void expert_tile_scan(const int32_t* __restrict__ offsets, int nf, int32_t* __restrict__ tile_start) {
   dev::block_exclusive_scan<kScanThreads>(
@@ -202,9 +216,20 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto w2_stage = [&](int s) { return make_tensor(make_smem_ptr(&sm.w2[s][0]), LayoutW2{}); };
   const bool signal = (ct & 31) == 0;  // one arrival per consumer warp on the empty barriers
 
+  // A warpgroup whose 64 rows are all past the expert's end only keeps the
+  // empty barriers' counts (after each stage has landed, so never a phase ahead).
+  const int wg = ct / 128;
+  if (wg * 64 >= rows) {
+    for (int j = 0; j < chunks; ++j) {
+      Barrier::wait(&sm.full13[j % kStages13], (j / kStages13) & 1);
+      if (signal) Barrier::arrive(&sm.empty13[j % kStages13]);
+      Barrier::wait(&sm.full2[j % kStages2], (j / kStages2) & 1);
+      if (signal) Barrier::arrive(&sm.empty2[j % kStages2]);
+    }
+    return;
+  }
   auto issue_gu = [&](int j) {
     const int s = j % kStages13;
-    Barrier::wait(&sm.full13[s], (j / kStages13) & 1);
     auto tB = thr_gu.make_fragment_B(thr_gu.partition_B(w13_stage(s)));
     warpgroup_fence_operand(acc_gu);
     warpgroup_arrive();
@@ -218,7 +243,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto issue_w2 = [&](int j, auto& z) {
     const int s = j % kStages2;
-    Barrier::wait(&sm.full2[s], (j / kStages2) & 1);
     auto tB = thr_w2.make_fragment_B(thr_w2.partition_B(w2_stage(s)));
     warpgroup_fence_operand(z);
     warpgroup_fence_operand(acc_y);
@@ -233,19 +257,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Z of a finished GU: the gate in accumulator values 0..15, the up values in 16..31 (see the top).
   auto swiglu7_into = [&](auto& z) {
     warpgroup_fence_operand(acc_gu);
+    auto sig = [](float x) { return dev::sigmoid_fast_f32(x); };
     CUTE_UNROLL
-    for (int i = 0; i < 16; ++i) {
-      const float v = swiglu7_f32(dev::round_bf16(acc_gu(i)), dev::round_bf16(acc_gu(i + 16)),
-                                  [](float x) { return dev::sigmoid_fast_f32(x); });
-      z(i) = Bf16::bitcast(dev::f32_to_bf16(v));
+    for (int i = 0; i < 16; i += 2) {
+      const uint32_t g = bf16x2_rn(acc_gu(i + 1), acc_gu(i)), u = bf16x2_rn(acc_gu(i + 17), acc_gu(i + 16));
+      const uint32_t zz = bf16x2_rn(swiglu7_f32(bf16_hi(g), bf16_hi(u), sig), swiglu7_f32(bf16_lo(g), bf16_lo(u), sig));
+      z(i) = Bf16::bitcast(static_cast<uint16_t>(zz & 0xffffu));
+      z(i + 1) = Bf16::bitcast(static_cast<uint16_t>(zz >> 16));
     }
     warpgroup_fence_operand(z);
   };
   // One chunk: GU(j), then W2(j - 1) from the other Z, then SwiGLU7(j) while W2(j - 1) runs.
   auto step = [&](int j, auto& z_now, auto& z_prev) {
+    Barrier::wait(&sm.full13[j % kStages13], (j / kStages13) & 1);
+    if (j > 0) Barrier::wait(&sm.full2[(j - 1) % kStages2], ((j - 1) / kStages2) & 1);
     issue_gu(j);
+    if (j > 0) issue_w2(j - 1, z_prev);
     if (j > 0) {
-      issue_w2(j - 1, z_prev);
       warpgroup_wait<1>();
     } else {
       warpgroup_wait<0>();
@@ -258,6 +286,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     step(j, z0, z1);
     step(j + 1, z1, z0);
   }
+  Barrier::wait(&sm.full2[(chunks - 1) % kStages2], ((chunks - 1) / kStages2) & 1);
   issue_w2(chunks - 1, z1);
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc_y);
@@ -269,9 +298,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int m = get<0>(coord(i)), n = get<1>(coord(i));
     if (m < rows) {
       const float w = wrow[row0 + m];
-      const uint32_t packed = static_cast<uint32_t>(dev::f32_to_bf16(acc_y(i) * w)) |
-                              (static_cast<uint32_t>(dev::f32_to_bf16(acc_y(i + 1) * w)) << 16);
-      *reinterpret_cast<uint32_t*>(y + (row0 + m) * kDH + n) = packed;
+      *reinterpret_cast<uint32_t*>(y + (row0 + m) * kDH + n) = bf16x2_rn(acc_y(i + 1) * w, acc_y(i) * w);
     }
   }
 }

@@ -289,9 +289,10 @@ MoeExpertsRunner::W13Kernel w13_kernel_from_env() {
 
 }  // namespace
 
-// The epilogues since the H200 runs of 2026-12-04: the grouped path's bytes,
-// routed experts 18.1 -> 16.2 ms a MoE layer at 272p (docs/perf.md).
-MoeExpertsRunner::W13Kernel MoeExpertsRunner::w13_kernel_default() { return W13Kernel::kEpilogue; }
+// The whole expert in one kernel since the H200 run of 2026-12-04 (third
+// session): the grouped path's bytes, routed experts 15.7 -> 12.8 ms a MoE
+// layer at 272p (docs/perf.md); the epilogues where it does not apply.
+MoeExpertsRunner::W13Kernel MoeExpertsRunner::w13_kernel_default() { return W13Kernel::kFused; }
 
 MoeExpertsRunner::MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows, W13Kernel w13)
     : alloc_(std::move(alloc)), max_rows_(max_rows), w13_(w13) {
