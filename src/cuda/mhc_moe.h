@@ -64,21 +64,25 @@ class MoeExpertsRunner {
   MoeExpertsRunner& operator=(const MoeExpertsRunner&) = delete;
   /// Whether the grouped path handles these widths (multiples of 8, top-k <= 32, CUTLASS built in).
   static bool supports(int64_t dh, int64_t de, int k);
-  /// Plans the workspace for a call of t tokens now (outside capture); run() does it when needed.
-  void plan(int64_t t, int mh, int ne, int k, int64_t dh, int64_t de, cudaStream_t s);
+  /// Plans the workspace for a call of t tokens now (outside capture); run()
+  /// does it when needed. `fused`: the call runs the fused expert kernel
+  /// (no gathered rows, no W13 output buffer; a bf16 y), else the GEMM path's buffers.
+  void plan(int64_t t, int mh, int ne, int k, int64_t dh, int64_t de, bool fused, cudaStream_t s);
   /// Tokens of one pass for a call of t tokens (t itself when t x mh x k <= max_rows).
   int64_t pass_tokens(int64_t t, int mh, int k) const;
   /// Enqueues the routed experts of checked params on `s`. `mark(i)` (optional,
   /// for benchmarks) is called after stage i is enqueued: 0 sort + gather,
-  /// 1 W13, 2 SwiGLU7, 3 W2, 4 combine (with the fused W13 + SwiGLU7, stage 1
-  /// holds the gather and SwiGLU7 too, and stage 2 is empty; with the SwiGLU7
-  /// epilogue stage 1 holds both W13 GEMMs and stage 2 is empty).
+  /// 1 W13, 2 SwiGLU7, 3 W2, 4 combine (with the fused kernel, stage 1 holds
+  /// the FP8 dequantisation, the gather, W13, SwiGLU7 and W2, and stages 2 and
+  /// 3 are empty; with the SwiGLU7 epilogue stage 1 holds both W13 GEMMs and
+  /// stage 2 is empty).
   void run(const MoeExpertsParams& p, cudaStream_t s, const std::function<void(int)>& mark = {});
 
  private:
   struct Plan;
   struct Pass;
   void run_pass(const Pass& ps, cudaStream_t s, const std::function<void(int)>& mark);
+  W13Kernel w13_kernel() const;  // w13_, or MAGI2_MOE_KERNEL's choice for kFromEnv
   DeviceAlloc alloc_;
   int64_t max_rows_ = 0;
   W13Kernel w13_ = W13Kernel::kFromEnv;

@@ -42,6 +42,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/moe_expert_fused.h"
+#include "ops/backend_options.h"
 #include "ops/numerics.h"
 
 namespace magi2::cuda {
@@ -333,7 +334,8 @@ CUtensorMap tensor_map(const void* base, int64_t rows, int64_t cols, int box_col
 
 }  // namespace
 
-bool moe_expert_fused_supported(int64_t dh, int64_t de) { return dh == kDH && de > 0 && de % (2 * kBC) == 0; }
+static_assert(kDH == 256 && 2 * kBC == 64, "moe_fused_expert_widths (ops/backend_options.h) states these widths");
+bool moe_expert_fused_supported(int64_t dh, int64_t de) { return moe_fused_expert_widths(dh, de); }
 
 void moe_expert_fused(const ExpertFusedArgs& a, cudaStream_t s) {
   MAGI2_CHECK(moe_expert_fused_supported(a.dh, a.de), "moe_expert_fused: needs d_head ", kDH,

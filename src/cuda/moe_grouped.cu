@@ -265,7 +265,7 @@ struct MoeExpertsRunner::Plan {
   std::unique_ptr<ExpertGemm> w2_weighted;
   std::shared_ptr<void> wrow;
   std::shared_ptr<void> tile_start;
-  std::shared_ptr<void> wdq;  // FP8 experts: two dequantised bf16 banks [F, DH, DE], made on the first FP8 call
+  std::shared_ptr<void> wdq;  // FP8 experts: dequantised bf16 banks (3 fused, else 2), made on the first FP8 call
   std::unique_ptr<MoeW8a8> w8a8;  // FP8 experts with --fp8-compute w8a8: made on the first such call
   size_t xp_bytes = 0, hbuf_bytes = 0;
   std::unique_ptr<ExpertGemm> w13, w2;  // W13Kernel::kGrouped: gate and up in one GEMM, fp32 W2
@@ -300,6 +300,10 @@ MoeExpertsRunner::MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows, W13Kerne
 }
 MoeExpertsRunner::~MoeExpertsRunner() = default;
 
+MoeExpertsRunner::W13Kernel MoeExpertsRunner::w13_kernel() const {
+  return w13_ == W13Kernel::kFromEnv ? w13_kernel_from_env() : w13_;
+}
+
 bool MoeExpertsRunner::supports(int64_t dh, int64_t de, int k) {
 #if MAGI2_HAVE_CUTLASS
   return dh % 8 == 0 && de % 8 == 0 && k <= kMaxK;
@@ -313,10 +317,11 @@ int64_t MoeExpertsRunner::pass_tokens(int64_t t, int mh, int k) const {
   return moe_pass_tokens(t, static_cast<int64_t>(mh) * k, max_rows_);
 }
 
-void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, int64_t de, cudaStream_t s) {
+void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, int64_t de, bool fused,
+                            cudaStream_t s) {
   const int64_t t = pass_tokens(t_call, mh, k);
   if (plan_ && plan_->t == t && plan_->mh == mh && plan_->ne == ne && plan_->k == k && plan_->dh == dh &&
-      plan_->de == de)
+      plan_->de == de && plan_->fused == fused)
     return;
   cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
@@ -337,18 +342,25 @@ void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, i
   p->offsets = get(nf + 1, 4);
   p->pos = get(p->max_rows, 4);
   p->src = get(p->max_rows, 4);
+#if MAGI2_HAVE_CUTLASS
+  p->fused = fused;
+  p->wrow = get(p->max_rows, 4);  // with the fused kernel and the epilogues; unused by the reference path
+  if (fused) {  // the kernel gathers its rows and keeps the intermediate on chip: y [R, DH] bf16
+    p->tile_start = get(nf + 1, 4);
+    p->y = get(p->max_rows * dh, 2);
+    plan_ = std::move(p);
+    return;
+  }
+#endif
   p->xp = get(p->max_rows * dh, 2);
   p->xp_bytes = static_cast<size_t>(p->max_rows * dh) * 2;
   p->hbuf = get(p->max_rows * 2 * de, 2);
   p->hbuf_bytes = static_cast<size_t>(p->max_rows * 2 * de) * 2;  // the W8A8 pass borrows these two
   p->y = get(p->max_rows * dh, 4);
 #if MAGI2_HAVE_CUTLASS
-  const W13Kernel w13 = w13_ == W13Kernel::kFromEnv ? w13_kernel_from_env() : w13_;
-  // kFused falls back to the epilogues for what it does not take (FP8 banks,
-  // unaligned rows, other widths), so it plans both.
-  p->fused = w13 == W13Kernel::kFused && moe_expert_fused_supported(dh, de);
+  // kFused runs the epilogues where the fused kernel does not apply (W8A8, unaligned rows, other widths).
+  const W13Kernel w13 = w13_kernel();
   p->epilogue_w13 = w13 == W13Kernel::kEpilogue || w13 == W13Kernel::kFused;
-  if (p->fused) p->tile_start = get(nf + 1, 4);
   if (p->epilogue_w13) {
     p->w13_up = make_expert_gemm_bf16({.experts = static_cast<int>(nf), .parts = 1, .n = de, .k = dh, .lda = dh,
                                        .ldd = 2 * de}, alloc_);
@@ -356,7 +368,6 @@ void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, i
                                             .lda = dh, .ldd = 2 * de}, alloc_);
     p->w2_weighted = make_expert_gemm_row_scale({.experts = static_cast<int>(nf), .parts = 1, .n = dh, .k = de,
                                                  .lda = 2 * de, .ldd = dh}, alloc_);
-    p->wrow = get(p->max_rows, 4);
   } else {
     p->w13 = make_expert_gemm_bf16({.experts = static_cast<int>(nf), .parts = 2, .n = de, .k = dh, .lda = dh,
                                     .ldd = 2 * de}, alloc_);
@@ -373,7 +384,13 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
   MAGI2_CHECK(supports(dh, de, k), "moe_experts: the grouped path needs widths that are multiples of 8 and top-k <= ",
               kMaxK);
   if (t == 0) return;
-  plan(t, mh, ne, k, dh, de, s);
+  // The fused kernel: bf16 banks, or FP8 banks dequantised to bf16 (not W8A8),
+  // its widths, and rows it can copy 16 bytes at a time (every pass's rows
+  // then too: a pass starts n0 x ldr elements on, ldr a multiple of 8).
+  const bool w8a8 = prm.w_gate.dtype() == DType::F8E4M3 && prm.fp8_compute == Fp8Compute::W8A8;
+  const bool fused = MAGI2_HAVE_CUTLASS && w13_kernel() == W13Kernel::kFused && moe_fused_expert_widths(dh, de) &&
+                     !w8a8 && reinterpret_cast<uintptr_t>(prm.r.data()) % 16 == 0 && prm.r.row_stride() % 8 == 0;
+  plan(t, mh, ne, k, dh, de, fused, s);
   // Token passes: a routed row's GEMMs and a token's combine read nothing of
   // the other rows (no split-K, fixed summation order), so the bytes do not
   // depend on how many passes there are; only the workspace does.
@@ -408,7 +425,7 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
   const bool w8a8 = prm.w_gate.dtype() == DType::F8E4M3 && prm.fp8_compute == Fp8Compute::W8A8;
   // The routing weight in W2's epilogue (with the SwiGLU7 epilogue and in the
   // fused kernel; not the W8A8 pass, which has its own W2).
-  const bool weighted_w2 = p.epilogue_w13 && !w8a8;
+  const bool weighted_w2 = (p.epilogue_w13 || p.fused) && !w8a8;
   const dim3 sort_grid(static_cast<unsigned>(chunks), static_cast<unsigned>(mh));
   route_hist<<<sort_grid, kChunk, static_cast<size_t>(ne) * 4, s>>>(ps.idx, ps.hs, routes, ne, chunks, i32(p.cnt));
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts route counts");
@@ -434,37 +451,8 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
   }
   const auto* r = static_cast<const uint16_t*>(prm.r.data());
   const bool vec = reinterpret_cast<uintptr_t>(r) % 16 == 0 && prm.r.row_stride() % 8 == 0 && dh % 8 == 0;
-  // The fused kernel gathers the rows itself (16-byte copies: aligned rows
-  // only) and reads bf16 banks (FP8 banks take the epilogue path's dequantisation).
-  const bool fused = p.fused && vec && prm.w_gate.dtype() == DType::BF16;
-  if (!fused) {
-    route_gather<<<grid_of(max_rows * 32, 256), 256, 0, s>>>(r, prm.r.row_stride(), mh, dh, i32(p.src),
-                                                             i32(p.offsets), nf, max_rows,
-                                                             static_cast<uint16_t*>(p.xp.get()), vec);
-    MAGI2_CUDA_CHECK_LAUNCH("moe_experts gather");
-  }
-  if (mark) mark(0);
-  if (fused) {  // the whole expert in one kernel: bf16(Y x weight) into y, then the weighted combine
-#if MAGI2_HAVE_CUTLASS
-    moe_expert_fused({.r = r, .ldr = prm.r.row_stride(), .mh = mh, .dh = dh, .de = de, .src = i32(p.src),
-                      .offsets = i32(p.offsets), .nf = nf, .max_rows = max_rows,
-                      .w_gate = static_cast<const uint16_t*>(prm.w_gate.data()),
-                      .w_up = static_cast<const uint16_t*>(prm.w_up.data()),
-                      .w_down = static_cast<const uint16_t*>(prm.w_down.data()),
-                      .wrow = static_cast<const float*>(p.wrow.get()), .y = static_cast<uint16_t*>(p.y.get()),
-                      .tile_start = i32(p.tile_start)},
-                     s);
-#endif
-    if (mark)
-      for (int i = 1; i <= 3; ++i) mark(i);  // one kernel for W13, SwiGLU7 and W2
-    combine(true);
-    if (mark) mark(4);
-    return;
-  }
   const bool fp8 = prm.w_gate.dtype() == DType::F8E4M3;
   const int64_t bank = static_cast<int64_t>(nf) * dh * de;  // elements of one bank
-  uint16_t* dq0 = nullptr;
-  uint16_t* dq1 = nullptr;
   auto dequant = [&](const Tensor& q, const Tensor& sc, uint16_t* to) {
     const int64_t rows = q.size(1), cols = q.size(2);
     const bool vec = cols % 16 == 0;
@@ -475,15 +463,50 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
         sc.size(2), i32(p.offsets), to, vec);
     MAGI2_CUDA_CHECK_LAUNCH("moe_experts FP8 dequantisation");
   };
-  if (fp8) {
+  // FP8 banks dequantised to bf16 (W8A16): three banks for the fused kernel,
+  // two for the GEMM path (W_down reuses the gate's after W13). Made on the first FP8 call.
+  auto dequant_banks = [&](int banks) {
     if (!p.wdq) {
       cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
       MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
       MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no FP8 dequantisation buffer planned; run one "
                                                      "eager forward before capturing a CUDA graph");
-      p.wdq = alloc_(static_cast<size_t>(2 * bank) * 2);
+      p.wdq = alloc_(static_cast<size_t>(banks * bank) * 2);
     }
-    dq0 = static_cast<uint16_t*>(p.wdq.get());
+    return static_cast<uint16_t*>(p.wdq.get());
+  };
+  if (p.fused) {  // the whole expert in one kernel (it gathers its rows): bf16(Y x weight) into y
+    if (mark) mark(0);
+    const void* w[3] = {prm.w_gate.data(), prm.w_up.data(), prm.w_down.data()};
+    if (fp8) {
+      uint16_t* dq = dequant_banks(3);
+      dequant(prm.w_gate, prm.w_gate_scale, dq);
+      dequant(prm.w_up, prm.w_up_scale, dq + bank);
+      dequant(prm.w_down, prm.w_down_scale, dq + 2 * bank);
+      for (int i = 0; i < 3; ++i) w[i] = dq + i * bank;
+    }
+#if MAGI2_HAVE_CUTLASS
+    moe_expert_fused({.r = r, .ldr = prm.r.row_stride(), .mh = mh, .dh = dh, .de = de, .src = i32(p.src),
+                      .offsets = i32(p.offsets), .nf = nf, .max_rows = max_rows,
+                      .w_gate = static_cast<const uint16_t*>(w[0]), .w_up = static_cast<const uint16_t*>(w[1]),
+                      .w_down = static_cast<const uint16_t*>(w[2]), .wrow = static_cast<const float*>(p.wrow.get()),
+                      .y = static_cast<uint16_t*>(p.y.get()), .tile_start = i32(p.tile_start)},
+                     s);
+#endif
+    if (mark)
+      for (int i = 1; i <= 3; ++i) mark(i);  // one kernel for W13, SwiGLU7 and W2
+    combine(true);
+    if (mark) mark(4);
+    return;
+  }
+  route_gather<<<grid_of(max_rows * 32, 256), 256, 0, s>>>(r, prm.r.row_stride(), mh, dh, i32(p.src), i32(p.offsets),
+                                                           nf, max_rows, static_cast<uint16_t*>(p.xp.get()), vec);
+  MAGI2_CUDA_CHECK_LAUNCH("moe_experts gather");
+  if (mark) mark(0);
+  uint16_t* dq0 = nullptr;
+  uint16_t* dq1 = nullptr;
+  if (fp8) {
+    dq0 = dequant_banks(2);
     dq1 = dq0 + bank;
     dequant(prm.w_gate, prm.w_gate_scale, dq0);
     dequant(prm.w_up, prm.w_up_scale, dq1);

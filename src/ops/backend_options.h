@@ -17,10 +17,11 @@ struct CudaOptions {
   /// (cuDNN SDPA where it applies, else the fp32 kernel) or "fp32" (always the
   /// fp32 kernel: the parity oracle). docs/cuda.md.
   std::string attention = "auto";
-  /// Routed rows (T x MH x K) one grouped-GEMM pass of the routed experts
-  /// takes; a call with more runs in equal token passes over one pass's
-  /// workspace (6.5 KB a row at the release widths: the gathered rows, the W13
-  /// output, the fp32 W2 output). The bytes of the output do not depend on it.
+  /// Routed rows (T x MH x K) one pass of the routed experts takes; a call
+  /// with more runs in equal token passes over one pass's workspace (at the
+  /// release widths ~0.5 KB a row with the fused kernel: the sort buffers and
+  /// its bf16 output; 7 KB on the GEMM path: the gathered rows, the W13 output,
+  /// the fp32 W2 output). The bytes of the output do not depend on it.
   int64_t moe_max_rows = kDefaultMoeMaxRows;
   /// The default: one pass at 272p (2.15 M rows with both CFG branches, 2.2 M
   /// with an I2VA reference image), four at 540p (8.3 M rows, where one pass
@@ -38,6 +39,14 @@ inline int64_t moe_pass_tokens(int64_t t, int64_t per_token, int64_t max_rows) {
   const int64_t passes = (t + fit - 1) / fit;
   return (t + passes - 1) / passes;
 }
+
+/// Whether the CUDA backend's fused routed-expert kernel (src/cuda/
+/// moe_expert_fused.h) takes these widths: d_head 256 (one shared-memory tile
+/// of W13's K, W2's N), d_expert a multiple of 64 (pairs of 32-column chunks).
+/// It runs for bf16 banks and FP8 banks dequantised to bf16 (W8A16), not for
+/// W8A8; its workspace has no gathered rows and no W13 output, which the
+/// memory plan counts from this same rule.
+inline bool moe_fused_expert_widths(int64_t dh, int64_t de) { return dh == 256 && de > 0 && de % 64 == 0; }
 
 /// Error (one line naming --cuda-attention) unless every choice is a known name.
 inline void validate(const CudaOptions& o) {
