@@ -370,21 +370,54 @@ __global__ void __launch_bounds__(kVecWarps * 32)
 // 32 tokens per block: warp 0 forms H_post and runs Sinkhorn (a lane per
 // token, the reference's operations and orders), then every warp updates the
 // state of 4 tokens in place (a lane owns 8 columns across the 4 streams).
+// The state and o reach the registers through a per-thread cp.async ring
+// (as the logits kernel's): the warp's 4 tokens x ceil(D / 256) column steps
+// form one sequence, kPostStages - 1 steps of it in flight (2.5 KB a warp
+// each); the first ones are issued before the Sinkhorn phase, so the block's
+// loads run while warp 0 computes. Every element is read (at step k - 2) before
+// the same thread writes it (at step k): in place is safe.
 constexpr int kPostTokens = 32;
 constexpr int kCoef = kStreams + kStreams * kStreams;  // H_post, H_res
+constexpr int kPostStages = 3;  // 60 KB a block: three blocks an SM (2 x 2.5 KB ahead per warp, 120 KB an SM)
+constexpr int kPostBlocks = 3;
+constexpr int kPostLoads = kStreams + 1;  // the 4 streams and o
+constexpr size_t kPostShared = static_cast<size_t>(kPostStages) * kPostLoads * kVecWarps * 32 * sizeof(uint4);
 
-__global__ void __launch_bounds__(kVecWarps * 32)
+__global__ void __launch_bounds__(kVecWarps * 32, kPostBlocks)
     mhc_post_res_vec_kernel(uint16_t* state, int64_t lds, const uint16_t* __restrict__ o, int64_t ldo,
                             const float* __restrict__ logits, int64_t ldl, const float* __restrict__ alpha_post,
                             const float* __restrict__ alpha_res, const float* __restrict__ b_post,
                             const float* __restrict__ b_res, float c, int iters, float sk_eps,
                             float* __restrict__ h_post, int64_t ldhp, float* __restrict__ h_res, int64_t ldhr,
                             int64_t d, int64_t t) {
+  extern __shared__ uint4 post_ring[];  // [slot][load][thread]
   __shared__ float coef[kPostTokens][kCoef + 1];
   __shared__ uint64_t exp_table[32];
   exp2_table_to_shared(exp_table);
-  __syncthreads();
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kPostTokens;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // This warp's tokens r0 + warp + 8 j, j < ntok; column step ci of a token: columns 8 lane + 256 ci.
+  const int64_t left = t - r0 - warp;  // tokens warp + 8 j < left
+  const int ntok =
+      left <= 0 ? 0 : static_cast<int>(min(int64_t{kPostTokens / kVecWarps}, (left + kVecWarps - 1) / kVecWarps));
+  const int steps_tok = static_cast<int>((d + 255) / 256), steps = ntok * steps_tok;
+  uint4* mine = post_ring + threadIdx.x;  // slot k, load l: mine[(k * kPostLoads + l) * blockDim.x]
+  auto issue = [&](int k) {
+    if (k < steps) {
+      const int j = k / steps_tok;
+      const int64_t r = r0 + warp + kVecWarps * j, col = 8 * lane + 256 * static_cast<int64_t>(k - j * steps_tok);
+      if (col < d) {
+        uint4* slot = mine + (k % kPostStages) * kPostLoads * kVecWarps * 32;
+#pragma unroll
+        for (int l = 0; l < kStreams; ++l) cp_async16(slot + l * kVecWarps * 32, state + r * lds + l * d + col);
+        cp_async16(slot + kStreams * kVecWarps * 32, o + r * ldo + col);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll 1
+  for (int k = 0; k < kPostStages - 1; ++k) issue(k);
+  __syncthreads();  // the exp table
   if (threadIdx.x < kPostTokens && r0 + threadIdx.x < t) {
     const int64_t r = r0 + threadIdx.x;
     float hp[kStreams], mm[kStreams][kStreams];
@@ -401,45 +434,50 @@ __global__ void __launch_bounds__(kVecWarps * 32)
     }
   }
   __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int tok = warp; tok < kPostTokens; tok += kVecWarps) {
-    const int64_t r = r0 + tok;
-    if (r >= t) break;
-    float hp[kStreams], m[kStreams][kStreams];
+  float hp[kStreams], m[kStreams][kStreams];
+#pragma unroll 1
+  for (int k = 0; k < steps; ++k) {
+    const int j = k / steps_tok, ci = k - j * steps_tok;
+    if (ci == 0) {  // a new token: its coefficients
+      const int tok = warp + kVecWarps * j;
 #pragma unroll
-    for (int i = 0; i < kStreams; ++i) {
-      hp[i] = coef[tok][i];
+      for (int i = 0; i < kStreams; ++i) {
+        hp[i] = coef[tok][i];
 #pragma unroll
-      for (int j = 0; j < kStreams; ++j) m[i][j] = coef[tok][kStreams + 4 * i + j];
+        for (int jj = 0; jj < kStreams; ++jj) m[i][jj] = coef[tok][kStreams + 4 * i + jj];
+      }
+    }
+    issue(k + kPostStages - 1);        // refills the slot step k - 1 used
+    cp_async_wait<kPostStages - 1>();  // this thread's copies of step k have landed
+    const int64_t r = r0 + warp + kVecWarps * j, col = 8 * lane + 256 * static_cast<int64_t>(ci);
+    if (col >= d) continue;
+    const uint4* slot = mine + (k % kPostStages) * kPostLoads * kVecWarps * 32;
+    uint4 x[kStreams];
+#pragma unroll
+    for (int l = 0; l < kStreams; ++l) x[l] = slot[l * kVecWarps * 32];
+    const uint4 ov = slot[kStreams * kVecWarps * 32];
+    uint16_t out[kStreams][8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float old[kStreams];
+#pragma unroll
+      for (int jj = 0; jj < kStreams; ++jj) old[jj] = bf16_at(x[jj], e);
+      const float oc = bf16_at(ov, e);
+      // One fp32 accumulation of the 4-term mix plus the post term, one rounding (as the CPU).
+#pragma unroll
+      for (int i = 0; i < kStreams; ++i) {
+        float acc = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < kStreams; ++jj) acc += m[i][jj] * old[jj];
+        acc += hp[i] * oc;
+        out[i][e] = f32_to_bf16(acc);
+      }
     }
     uint16_t* s = state + r * lds;
-    const uint16_t* orow = o + r * ldo;
-    for (int64_t col = 8 * lane; col < d; col += 256) {
-      uint4 x[kStreams];
 #pragma unroll
-      for (int j = 0; j < kStreams; ++j) x[j] = *reinterpret_cast<const uint4*>(s + j * d + col);
-      const uint4 ov = __ldg(reinterpret_cast<const uint4*>(orow + col));
-      uint16_t out[kStreams][8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float old[kStreams];
-#pragma unroll
-        for (int j = 0; j < kStreams; ++j) old[j] = bf16_at(x[j], e);
-        const float oc = bf16_at(ov, e);
-        // One fp32 accumulation of the 4-term mix plus the post term, one rounding (as the CPU).
-#pragma unroll
-        for (int i = 0; i < kStreams; ++i) {
-          float acc = 0.f;
-#pragma unroll
-          for (int j = 0; j < kStreams; ++j) acc += m[i][j] * old[j];
-          acc += hp[i] * oc;
-          out[i][e] = f32_to_bf16(acc);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kStreams; ++i) *reinterpret_cast<uint4*>(s + i * d + col) = pack8(out[i]);
-    }
+    for (int i = 0; i < kStreams; ++i) *reinterpret_cast<uint4*>(s + i * d + col) = pack8(out[i]);
   }
+  cp_async_wait<0>();
 }
 
 unsigned blocks(int64_t n, int64_t per, const char* what) {
@@ -507,7 +545,15 @@ bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s) {
   const int64_t t = p.state.size(0), d = p.state.size(1) / kStreams;
   if (d % 8 != 0 || !rows_aligned(p.state) || !rows_aligned(p.o)) return false;
   if (t == 0) return true;
-  mhc_post_res_vec_kernel<<<blocks(t, kPostTokens, "mhc_post_res (fused)"), kVecWarps * 32, 0, s>>>(
+  static const bool opted_in = [] {  // not a stream operation: fine during graph capture
+    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_post_res_vec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kPostShared)));
+    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_post_res_vec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                          static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+    return true;
+  }();
+  (void)opted_in;
+  mhc_post_res_vec_kernel<<<blocks(t, kPostTokens, "mhc_post_res (fused)"), kVecWarps * 32, kPostShared, s>>>(
       static_cast<uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const uint16_t*>(p.o.data()),
       p.o.row_stride(), static_cast<const float*>(p.logits.data()), p.logits.row_stride(),
       static_cast<const float*>(p.w->alpha_post.data()), static_cast<const float*>(p.w->alpha_res.data()),
