@@ -51,86 +51,55 @@ __global__ void mhc_phi_split_kernel(const float* __restrict__ phi, const float*
 // sums of squares of the 8 warps meet in shared memory and are added in warp
 // order (deterministic). A block whose tokens span weight groups repeats the
 // k loop per group with the other groups' rows zeroed (only boundary blocks).
+// Both kernels below follow this plan with the same fp32 operations in the
+// same order per output (same bytes); they differ only in how the state
+// reaches the registers.
 constexpr int kLgTokens = 64;
 constexpr int kLgWarps = 8;
+constexpr int kLgThreads = kLgWarps * 32;
 constexpr int kLgRows = 8;  // rows per lane
 constexpr size_t kLgShared = (static_cast<size_t>(kLgWarps) * kLgTokens * kLogits + kLgWarps * kLgTokens) * 4;
 
 // Row i of lane group g: m-tile i / 2, row g + 8 (i % 2) of the tile.
 __device__ __forceinline__ int lg_token(int i, int g) { return g + 8 * i; }
 
-__global__ void __launch_bounds__(kLgWarps * 32, 2)
-    mhc_logits_mma_kernel(const uint16_t* __restrict__ state, int64_t lds, const uint4* __restrict__ split,
-                          float* __restrict__ logits, int64_t ldl, int64_t vw, int4 cu, int groups, float eps,
-                          int64_t t) {
-  extern __shared__ float red[];
-  float* part = red;                                  // [warp][token][24]
-  float* sq = red + kLgWarps * kLgTokens * kLogits;   // [warp][token]
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kLgTokens;
-  const int64_t nq = vw / kChunkK;
-  unsigned live = 0;  // bit i: row i of this lane is a token
+// Bit i: row i of this lane is a token (of any group).
+__device__ __forceinline__ unsigned lg_live(int64_t r0, int g, int64_t t) {
+  unsigned live = 0;
 #pragma unroll
   for (int i = 0; i < kLgRows; ++i)
     if (r0 + lg_token(i, g) < t) live |= 1u << i;
-  const int64_t r_last = (r0 + kLgTokens < t ? r0 + kLgTokens : t) - 1;
-  const int m_first = group_of(cu, groups, r0), m_last = group_of(cu, groups, r_last);
-  float acc[4][kLogitTiles][4];
+  return live;
+}
+
+// Bit i: row i is a token of weight group m.
+__device__ __forceinline__ unsigned lg_in_group(unsigned live, int64_t r0, int g, int4 cu, int groups, int m) {
+  unsigned in_m = 0;
 #pragma unroll
-  for (int a = 0; a < 4; ++a)
+  for (int i = 0; i < kLgRows; ++i)
+    if (((live >> i) & 1u) && group_of(cu, groups, r0 + lg_token(i, g)) == m) in_m |= 1u << i;
+  return in_m;
+}
+
+// ss[i] += x^2 over the 8 values of row i's load (the lane's share of the row's sum of squares).
+__device__ __forceinline__ void lg_add_squares(float& ss, const uint4& a) {
 #pragma unroll
-    for (int b = 0; b < kLogitTiles; ++b)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
-  float ss[kLgRows];
-#pragma unroll
-  for (int i = 0; i < kLgRows; ++i) ss[i] = 0.f;
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  const uint16_t* row0 = state + (r0 + g) * lds + 8 * quad;  // row i of the lane: row0 + i * row_step
-  const int64_t row_step = 8 * lds;
-  for (int m = m_first; m <= m_last; ++m) {
-    unsigned in_m = 0;  // bit i: row i is a token of weight group m
-#pragma unroll
-    for (int i = 0; i < kLgRows; ++i)
-      if (((live >> i) & 1u) && group_of(cu, groups, r0 + lg_token(i, g)) == m) in_m |= 1u << i;
-    const uint4* bm = split + static_cast<int64_t>(m) * nq * kSplits * kLogitTiles * 32;
-    for (int64_t q = warp; q < nq; q += kLgWarps) {
-      // Two halves of 2 m-tiles each keep the live A fragments at 16 registers
-      // (the B units are read twice, the second time from L1).
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        uint4 a[4];
-#pragma unroll
-        for (int ii = 0; ii < 4; ++ii) {
-          const int i = 4 * hh + ii;
-          a[ii] = ((live >> i) & 1u) ? __ldg(reinterpret_cast<const uint4*>(row0 + i * row_step + q * kChunkK)) : zero;
-          if (m == m_first)
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              const float v = bf16_at(a[ii], j);
-              ss[i] += v * v;
-            }
-          if (!((in_m >> i) & 1u)) a[ii] = zero;
-        }
-#pragma unroll
-        for (int nt = 0; nt < kLogitTiles; ++nt) {
-          // The chunk's split terms on a zeroed accumulator, then one IEEE add (as route_fused.cu).
-          float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-          for (int s = 0; s < kSplits; ++s) {
-            const uint4 b = __ldg(bm + ((q * kSplits + s) * kLogitTiles + nt) * 32 + lane);
-            mma_chunk(part[0], a[0], a[1], b);
-            mma_chunk(part[1], a[2], a[3], b);
-          }
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            acc[2 * hh][nt][c] += part[0][c];
-            acc[2 * hh + 1][nt][c] += part[1][c];
-          }
-        }
-      }
-    }
+  for (int j = 0; j < 8; ++j) {
+    const float v = bf16_at(a, j);
+    ss += v * v;
   }
+}
+
+// The epilogue of both kernels: each warp's partial logits (acc, C fragments
+// of m-tile mt, n-tile nt) and sums of squares go to shared memory `red`, then
+// a thread per (token, logit) adds the 8 warps' partials in warp order and
+// scales by rs = 1 / sqrt(mean x^2 + eps). Contains the block barrier.
+__device__ __forceinline__ void lg_finish(float* red, const float (&acc)[4][kLogitTiles][4], const float (&ss)[kLgRows],
+                                          int64_t r0, float* __restrict__ logits, int64_t ldl, int64_t vw, float eps,
+                                          int64_t t) {
+  float* part = red;                                 // [warp][token][24]
+  float* sq = red + kLgWarps * kLgTokens * kLogits;  // [warp][token]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
   // C fragment: c0, c1 row g, columns 2 quad + {0, 1}; c2, c3 row g + 8.
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt)
@@ -161,6 +130,199 @@ __global__ void __launch_bounds__(kLgWarps * 32, 2)
     const float rs = 1.0f / sqrtf(s2 * (1.0f / static_cast<float>(vw)) + eps);
     logits[r * ldl + col] = l * rs;
   }
+}
+
+// The first fused kernel (MhcLogitsKernel::kDirect): the A fragments straight
+// from global memory into registers, 4 rows at a time; each warp has at most
+// 2 KB of the state in flight and waits for it before its MMAs.
+__global__ void __launch_bounds__(kLgThreads, 2)
+    mhc_logits_mma_kernel(const uint16_t* __restrict__ state, int64_t lds, const uint4* __restrict__ split,
+                          float* __restrict__ logits, int64_t ldl, int64_t vw, int4 cu, int groups, float eps,
+                          int64_t t) {
+  extern __shared__ float red[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kLgTokens;
+  const int64_t nq = vw / kChunkK;
+  const unsigned live = lg_live(r0, g, t);
+  const int64_t r_last = (r0 + kLgTokens < t ? r0 + kLgTokens : t) - 1;
+  const int m_first = group_of(cu, groups, r0), m_last = group_of(cu, groups, r_last);
+  float acc[4][kLogitTiles][4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < kLogitTiles; ++b)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+  float ss[kLgRows];
+#pragma unroll
+  for (int i = 0; i < kLgRows; ++i) ss[i] = 0.f;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const uint16_t* row0 = state + (r0 + g) * lds + 8 * quad;  // row i of the lane: row0 + i * row_step
+  const int64_t row_step = 8 * lds;
+  for (int m = m_first; m <= m_last; ++m) {
+    const unsigned in_m = lg_in_group(live, r0, g, cu, groups, m);
+    const uint4* bm = split + static_cast<int64_t>(m) * nq * kSplits * kLogitTiles * 32;
+    for (int64_t q = warp; q < nq; q += kLgWarps) {
+      // Two halves of 2 m-tiles each keep the live A fragments at 16 registers
+      // (the B units are read twice, the second time from L1).
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        uint4 a[4];
+#pragma unroll
+        for (int ii = 0; ii < 4; ++ii) {
+          const int i = 4 * hh + ii;
+          a[ii] = ((live >> i) & 1u) ? __ldg(reinterpret_cast<const uint4*>(row0 + i * row_step + q * kChunkK)) : zero;
+          if (m == m_first) lg_add_squares(ss[i], a[ii]);
+          if (!((in_m >> i) & 1u)) a[ii] = zero;
+        }
+#pragma unroll
+        for (int nt = 0; nt < kLogitTiles; ++nt) {
+          // The chunk's split terms on a zeroed accumulator, then one IEEE add (as route_fused.cu).
+          float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+          for (int s = 0; s < kSplits; ++s) {
+            const uint4 b = __ldg(bm + ((q * kSplits + s) * kLogitTiles + nt) * 32 + lane);
+            mma_chunk(part[0], a[0], a[1], b);
+            mma_chunk(part[1], a[2], a[3], b);
+          }
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            acc[2 * hh][nt][c] += part[0][c];
+            acc[2 * hh + 1][nt][c] += part[1][c];
+          }
+        }
+      }
+    }
+  }
+  lg_finish(red, acc, ss, r0, logits, ldl, vw, eps, t);
+}
+
+// ---- the pipelined logits kernel (MhcLogitsKernel::kRing, the default) ----------
+//
+// The same plan, but each thread streams its own 8 rows x 16 bytes per chunk
+// through a private ring of kStages slots in shared memory with cp.async:
+// while a warp runs the MMAs of its chunk n, its chunks n + 1 .. n + kStages - 1
+// are in flight (kStages - 1 x 4 KB per warp, no registers held). A thread
+// reads back only what it copied itself, so cp.async.wait_group is the only
+// synchronisation (no barrier in the loop). The B units of a chunk are loaded
+// once, before the wait (9 x 16 bytes a lane), and serve all 4 m-tiles: the A
+// fragments are re-read from shared memory per n-tile instead of keeping all
+// 32 of their registers live. The ring then holds the epilogue's partials.
+
+template <int kStages>
+constexpr size_t lg_ring_shared() {
+  const size_t ring = static_cast<size_t>(kStages) * kLgRows * kLgThreads * sizeof(uint4);
+  return ring > kLgShared ? ring : kLgShared;
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+template <int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(kLgThreads, kMinBlocks)
+    mhc_logits_ring_kernel(const uint16_t* __restrict__ state, int64_t lds, const uint4* __restrict__ split,
+                           float* __restrict__ logits, int64_t ldl, int64_t vw, int4 cu, int groups, float eps,
+                           int64_t t) {
+  extern __shared__ uint4 ring[];  // [slot][row i][thread]: conflict-free 16-byte accesses per warp
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kLgTokens;
+  const int nq = static_cast<int>(vw / kChunkK);
+  const int nw = warp < nq ? (nq - 1 - warp) / kLgWarps + 1 : 0;  // chunks of this warp: q = warp + 8 n
+  const unsigned live = lg_live(r0, g, t);
+  const int64_t r_last = (r0 + kLgTokens < t ? r0 + kLgTokens : t) - 1;
+  const int m_first = group_of(cu, groups, r0), m_last = group_of(cu, groups, r_last);
+  float acc[4][kLogitTiles][4];
+#pragma unroll
+  for (int a = 0; a < 4; ++a)
+#pragma unroll
+    for (int b = 0; b < kLogitTiles; ++b)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+  float ss[kLgRows];
+#pragma unroll
+  for (int i = 0; i < kLgRows; ++i) ss[i] = 0.f;
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  const uint16_t* row0 = state + (r0 + g) * lds + 8 * quad;  // row i of the lane: row0 + i * row_step
+  const int64_t row_step = 8 * lds;
+  uint4* mine = ring + threadIdx.x;  // slot k, row i: mine[(k * kLgRows + i) * kLgThreads]
+  // Chunk n of this warp into slot n % kStages (rows past the end are not copied:
+  // their slots are never read), then one commit group per call, empty or not.
+  auto issue = [&](int n) {
+    if (n < nw) {
+      const int64_t col = static_cast<int64_t>(warp + n * kLgWarps) * kChunkK;
+      uint4* slot = mine + (n % kStages) * kLgRows * kLgThreads;
+#pragma unroll
+      for (int i = 0; i < kLgRows; ++i)
+        if ((live >> i) & 1u) cp_async16(slot + i * kLgThreads, row0 + i * row_step + col);
+    }
+    cp_async_commit();
+  };
+  for (int m = m_first; m <= m_last; ++m) {
+    const unsigned in_m = lg_in_group(live, r0, g, cu, groups, m);
+    const uint4* bm = split + static_cast<int64_t>(m) * nq * kSplits * kLogitTiles * 32 + lane;
+#pragma unroll 1
+    for (int n = 0; n < kStages - 1; ++n) issue(n);
+#pragma unroll 1
+    for (int n = 0; n < nw; ++n) {
+      const int64_t q = warp + n * kLgWarps;
+      uint4 b[kLogitTiles][kSplits];
+#pragma unroll
+      for (int nt = 0; nt < kLogitTiles; ++nt)
+#pragma unroll
+        for (int s = 0; s < kSplits; ++s) b[nt][s] = __ldg(bm + ((q * kSplits + s) * kLogitTiles + nt) * 32);
+      issue(n + kStages - 1);        // refills the slot chunk n - 1 used (read back by this thread already)
+      cp_async_wait<kStages - 1>();  // this thread's copies of chunk n have landed
+      const uint4* slot = mine + (n % kStages) * kLgRows * kLgThreads;
+#pragma unroll
+      for (int nt = 0; nt < kLogitTiles; ++nt)
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt) {
+          uint4 a[2];  // rows 2 mt (tile row g) and 2 mt + 1 (tile row g + 8)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = 2 * mt + h;
+            a[h] = ((live >> i) & 1u) ? slot[i * kLgThreads] : zero;
+            if (nt == 0 && m == m_first) lg_add_squares(ss[i], a[h]);
+            if (!((in_m >> i) & 1u)) a[h] = zero;
+          }
+          // The chunk's split terms on a zeroed accumulator, then one IEEE add (as the direct kernel).
+          float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+          for (int s = 0; s < kSplits; ++s) mma_chunk(part, a[0], a[1], b[nt][s]);
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[mt][nt][c] += part[c];
+        }
+    }
+    cp_async_wait<0>();
+  }
+  __syncthreads();  // every thread is done with its ring before the epilogue reuses the memory
+  lg_finish(reinterpret_cast<float*>(ring), acc, ss, r0, logits, ldl, vw, eps, t);
+}
+
+// Launches the ring kernel sized for kMinBlocks blocks an SM (kStages x 32 KB of
+// shared memory a block). The largest shared-memory carveout: the rest of L1 is
+// not needed (the state bypasses it, each B unit is read once per warp).
+template <int kStages, int kMinBlocks>
+void launch_logits_ring(unsigned grid, cudaStream_t s, const uint16_t* x, int64_t lds, const uint4* split, float* out,
+                        int64_t ldl, int64_t vw, int4 cu, int groups, float eps, int64_t t) {
+  constexpr auto kernel = mhc_logits_ring_kernel<kStages, kMinBlocks>;
+  constexpr size_t shared = lg_ring_shared<kStages>();
+  static const bool opted_in = [] {  // not a stream operation: fine during graph capture
+    MAGI2_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                          static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+    return true;
+  }();
+  (void)opted_in;
+  kernel<<<grid, kLgThreads, shared, s>>>(x, lds, split, out, ldl, vw, cu, groups, eps, t);
 }
 
 // ---- pre and post + residual -------------------------------------------------------
@@ -208,21 +370,54 @@ __global__ void __launch_bounds__(kVecWarps * 32)
 // 32 tokens per block: warp 0 forms H_post and runs Sinkhorn (a lane per
 // token, the reference's operations and orders), then every warp updates the
 // state of 4 tokens in place (a lane owns 8 columns across the 4 streams).
+// The state and o reach the registers through a per-thread cp.async ring
+// (as the logits kernel's): the warp's 4 tokens x ceil(D / 256) column steps
+// form one sequence, kPostStages - 1 steps of it in flight (2.5 KB a warp
+// each); the first ones are issued before the Sinkhorn phase, so the block's
+// loads run while warp 0 computes. Every element is read (at step k - 2) before
+// the same thread writes it (at step k): in place is safe.
 constexpr int kPostTokens = 32;
 constexpr int kCoef = kStreams + kStreams * kStreams;  // H_post, H_res
+constexpr int kPostStages = 3;  // 60 KB a block: three blocks an SM (2 x 2.5 KB ahead per warp, 120 KB an SM)
+constexpr int kPostBlocks = 3;
+constexpr int kPostLoads = kStreams + 1;  // the 4 streams and o
+constexpr size_t kPostShared = static_cast<size_t>(kPostStages) * kPostLoads * kVecWarps * 32 * sizeof(uint4);
 
-__global__ void __launch_bounds__(kVecWarps * 32)
+__global__ void __launch_bounds__(kVecWarps * 32, kPostBlocks)
     mhc_post_res_vec_kernel(uint16_t* state, int64_t lds, const uint16_t* __restrict__ o, int64_t ldo,
                             const float* __restrict__ logits, int64_t ldl, const float* __restrict__ alpha_post,
                             const float* __restrict__ alpha_res, const float* __restrict__ b_post,
                             const float* __restrict__ b_res, float c, int iters, float sk_eps,
                             float* __restrict__ h_post, int64_t ldhp, float* __restrict__ h_res, int64_t ldhr,
                             int64_t d, int64_t t) {
+  extern __shared__ uint4 post_ring[];  // [slot][load][thread]
   __shared__ float coef[kPostTokens][kCoef + 1];
   __shared__ uint64_t exp_table[32];
   exp2_table_to_shared(exp_table);
-  __syncthreads();
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kPostTokens;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // This warp's tokens r0 + warp + 8 j, j < ntok; column step ci of a token: columns 8 lane + 256 ci.
+  const int64_t left = t - r0 - warp;  // tokens warp + 8 j < left
+  const int ntok =
+      left <= 0 ? 0 : static_cast<int>(min(int64_t{kPostTokens / kVecWarps}, (left + kVecWarps - 1) / kVecWarps));
+  const int steps_tok = static_cast<int>((d + 255) / 256), steps = ntok * steps_tok;
+  uint4* mine = post_ring + threadIdx.x;  // slot k, load l: mine[(k * kPostLoads + l) * blockDim.x]
+  auto issue = [&](int k) {
+    if (k < steps) {
+      const int j = k / steps_tok;
+      const int64_t r = r0 + warp + kVecWarps * j, col = 8 * lane + 256 * static_cast<int64_t>(k - j * steps_tok);
+      if (col < d) {
+        uint4* slot = mine + (k % kPostStages) * kPostLoads * kVecWarps * 32;
+#pragma unroll
+        for (int l = 0; l < kStreams; ++l) cp_async16(slot + l * kVecWarps * 32, state + r * lds + l * d + col);
+        cp_async16(slot + kStreams * kVecWarps * 32, o + r * ldo + col);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll 1
+  for (int k = 0; k < kPostStages - 1; ++k) issue(k);
+  __syncthreads();  // the exp table
   if (threadIdx.x < kPostTokens && r0 + threadIdx.x < t) {
     const int64_t r = r0 + threadIdx.x;
     float hp[kStreams], mm[kStreams][kStreams];
@@ -239,45 +434,50 @@ __global__ void __launch_bounds__(kVecWarps * 32)
     }
   }
   __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int tok = warp; tok < kPostTokens; tok += kVecWarps) {
-    const int64_t r = r0 + tok;
-    if (r >= t) break;
-    float hp[kStreams], m[kStreams][kStreams];
+  float hp[kStreams], m[kStreams][kStreams];
+#pragma unroll 1
+  for (int k = 0; k < steps; ++k) {
+    const int j = k / steps_tok, ci = k - j * steps_tok;
+    if (ci == 0) {  // a new token: its coefficients
+      const int tok = warp + kVecWarps * j;
 #pragma unroll
-    for (int i = 0; i < kStreams; ++i) {
-      hp[i] = coef[tok][i];
+      for (int i = 0; i < kStreams; ++i) {
+        hp[i] = coef[tok][i];
 #pragma unroll
-      for (int j = 0; j < kStreams; ++j) m[i][j] = coef[tok][kStreams + 4 * i + j];
+        for (int jj = 0; jj < kStreams; ++jj) m[i][jj] = coef[tok][kStreams + 4 * i + jj];
+      }
+    }
+    issue(k + kPostStages - 1);        // refills the slot step k - 1 used
+    cp_async_wait<kPostStages - 1>();  // this thread's copies of step k have landed
+    const int64_t r = r0 + warp + kVecWarps * j, col = 8 * lane + 256 * static_cast<int64_t>(ci);
+    if (col >= d) continue;
+    const uint4* slot = mine + (k % kPostStages) * kPostLoads * kVecWarps * 32;
+    uint4 x[kStreams];
+#pragma unroll
+    for (int l = 0; l < kStreams; ++l) x[l] = slot[l * kVecWarps * 32];
+    const uint4 ov = slot[kStreams * kVecWarps * 32];
+    uint16_t out[kStreams][8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float old[kStreams];
+#pragma unroll
+      for (int jj = 0; jj < kStreams; ++jj) old[jj] = bf16_at(x[jj], e);
+      const float oc = bf16_at(ov, e);
+      // One fp32 accumulation of the 4-term mix plus the post term, one rounding (as the CPU).
+#pragma unroll
+      for (int i = 0; i < kStreams; ++i) {
+        float acc = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < kStreams; ++jj) acc += m[i][jj] * old[jj];
+        acc += hp[i] * oc;
+        out[i][e] = f32_to_bf16(acc);
+      }
     }
     uint16_t* s = state + r * lds;
-    const uint16_t* orow = o + r * ldo;
-    for (int64_t col = 8 * lane; col < d; col += 256) {
-      uint4 x[kStreams];
 #pragma unroll
-      for (int j = 0; j < kStreams; ++j) x[j] = *reinterpret_cast<const uint4*>(s + j * d + col);
-      const uint4 ov = __ldg(reinterpret_cast<const uint4*>(orow + col));
-      uint16_t out[kStreams][8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float old[kStreams];
-#pragma unroll
-        for (int j = 0; j < kStreams; ++j) old[j] = bf16_at(x[j], e);
-        const float oc = bf16_at(ov, e);
-        // One fp32 accumulation of the 4-term mix plus the post term, one rounding (as the CPU).
-#pragma unroll
-        for (int i = 0; i < kStreams; ++i) {
-          float acc = 0.f;
-#pragma unroll
-          for (int j = 0; j < kStreams; ++j) acc += m[i][j] * old[j];
-          acc += hp[i] * oc;
-          out[i][e] = f32_to_bf16(acc);
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kStreams; ++i) *reinterpret_cast<uint4*>(s + i * d + col) = pack8(out[i]);
-    }
+    for (int i = 0; i < kStreams; ++i) *reinterpret_cast<uint4*>(s + i * d + col) = pack8(out[i]);
   }
+  cp_async_wait<0>();
 }
 
 unsigned blocks(int64_t n, int64_t per, const char* what) {
@@ -290,7 +490,7 @@ bool rows_aligned(const Tensor& x) { return aligned16(x.data()) && x.row_stride(
 
 }  // namespace
 
-bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s) {
+bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s, MhcLogitsKernel kernel) {
   const int64_t t = p.state.size(0), vw = p.state.size(1);
   if (vw % kChunkK != 0 || !rows_aligned(p.state)) return false;
   if (t == 0) return true;
@@ -301,15 +501,28 @@ bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStrea
   mhc_phi_split_kernel<<<blocks(units, 256, "mhc_logits (fused)"), 256, 0, s>>>(
       static_cast<const float*>(p.phi.data()), static_cast<const float*>(p.norm_w.data()), vw, groups, split);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits phi split");
-  static const bool opted_in = [] {  // not a stream operation: fine during graph capture
-    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_logits_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(kLgShared)));
-    return true;
-  }();
-  (void)opted_in;
-  mhc_logits_mma_kernel<<<blocks(t, kLgTokens, "mhc_logits (fused)"), kLgWarps * 32, kLgShared, s>>>(
-      static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), split, static_cast<float*>(p.logits.data()),
-      p.logits.row_stride(), vw, cu_of(p.groups), groups, p.eps, t);
+  const unsigned grid = blocks(t, kLgTokens, "mhc_logits (fused)");
+  const auto* x = static_cast<const uint16_t*>(p.state.data());
+  auto* out = static_cast<float*>(p.logits.data());
+  if (kernel == MhcLogitsKernel::kDirect) {
+    static const bool opted_in = [] {  // not a stream operation: fine during graph capture
+      MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_logits_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(kLgShared)));
+      return true;
+    }();
+    (void)opted_in;
+    mhc_logits_mma_kernel<<<grid, kLgThreads, kLgShared, s>>>(x, p.state.row_stride(), split, out,
+                                                              p.logits.row_stride(), vw, cu_of(p.groups), groups,
+                                                              p.eps, t);
+  } else if (kernel == MhcLogitsKernel::kRingDeep) {
+    // 6 slots (192 KB), one block an SM: 5 x 4 KB ahead per warp, 160 KB an SM; no register cap.
+    launch_logits_ring<6, 1>(grid, s, x, p.state.row_stride(), split, out, p.logits.row_stride(), vw, cu_of(p.groups),
+                             groups, p.eps, t);
+  } else {
+    // 3 slots (96 KB), two blocks an SM: 2 x 4 KB ahead per warp, 128 KB an SM.
+    launch_logits_ring<3, 2>(grid, s, x, p.state.row_stride(), split, out, p.logits.row_stride(), vw, cu_of(p.groups),
+                             groups, p.eps, t);
+  }
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits (fused)");
   return true;
 }
@@ -332,7 +545,15 @@ bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s) {
   const int64_t t = p.state.size(0), d = p.state.size(1) / kStreams;
   if (d % 8 != 0 || !rows_aligned(p.state) || !rows_aligned(p.o)) return false;
   if (t == 0) return true;
-  mhc_post_res_vec_kernel<<<blocks(t, kPostTokens, "mhc_post_res (fused)"), kVecWarps * 32, 0, s>>>(
+  static const bool opted_in = [] {  // not a stream operation: fine during graph capture
+    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_post_res_vec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(kPostShared)));
+    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_post_res_vec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                          static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+    return true;
+  }();
+  (void)opted_in;
+  mhc_post_res_vec_kernel<<<blocks(t, kPostTokens, "mhc_post_res (fused)"), kVecWarps * 32, kPostShared, s>>>(
       static_cast<uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const uint16_t*>(p.o.data()),
       p.o.row_stride(), static_cast<const float*>(p.logits.data()), p.logits.row_stride(),
       static_cast<const float*>(p.w->alpha_post.data()), static_cast<const float*>(p.w->alpha_res.data()),
