@@ -66,28 +66,17 @@ enum class RouteSelect {
   kWarp,      ///< a warp per row over all its experts (the first fused router; bench and test)
 };
 
-/// How the fused mHC logits kernel brings the state to its tensor-core
-/// fragments; both give the same bytes (same operations in the same order per
-/// logit; mhc_fused.cu).
-enum class MhcLogitsKernel {
-  kRing,      ///< each thread's rows through a cp.async ring in shared memory, several chunks in flight (default)
-  kRingDeep,  ///< the same with 6 slots and one block an SM (bench and test)
-  kDirect,    ///< 16-byte loads straight into registers (the first fused kernel; bench and test)
-};
-
 /// The fast paths chosen for a backend: which families and the shared scratch.
 struct FusedPaths {
   bool mhc = false;     ///< MAGI2_MHC_KERNEL=fused
   bool router = false;  ///< MAGI2_ROUTER_KERNEL=fused
   SplitScratch* scratch = nullptr;
   RouteSelect router_select = RouteSelect::kFiltered;  ///< with router: which selection
-  MhcLogitsKernel mhc_logits = MhcLogitsKernel::kRing;  ///< with mhc: which logits kernel
 };
 
 /// mHC logits of checked params (mhc_fused.cu): false when the width is not
 /// a multiple of 32 or the state rows are not 16-byte aligned.
-bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s,
-                      MhcLogitsKernel kernel = MhcLogitsKernel::kRing);
+bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s);
 /// mHC branch input of checked params, bit-equal to the reference (mhc_fused.cu):
 /// false unless D is a multiple of 8 and the rows are 16-byte aligned.
 bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s);

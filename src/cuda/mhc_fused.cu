@@ -132,72 +132,7 @@ __device__ __forceinline__ void lg_finish(float* red, const float (&acc)[4][kLog
   }
 }
 
-// The first fused kernel (MhcLogitsKernel::kDirect): the A fragments straight
-// from global memory into registers, 4 rows at a time; each warp has at most
-// 2 KB of the state in flight and waits for it before its MMAs.
-__global__ void __launch_bounds__(kLgThreads, 2)
-    mhc_logits_mma_kernel(const uint16_t* __restrict__ state, int64_t lds, const uint4* __restrict__ split,
-                          float* __restrict__ logits, int64_t ldl, int64_t vw, int4 cu, int groups, float eps,
-                          int64_t t) {
-  extern __shared__ float red[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, quad = lane & 3;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kLgTokens;
-  const int64_t nq = vw / kChunkK;
-  const unsigned live = lg_live(r0, g, t);
-  const int64_t r_last = (r0 + kLgTokens < t ? r0 + kLgTokens : t) - 1;
-  const int m_first = group_of(cu, groups, r0), m_last = group_of(cu, groups, r_last);
-  float acc[4][kLogitTiles][4];
-#pragma unroll
-  for (int a = 0; a < 4; ++a)
-#pragma unroll
-    for (int b = 0; b < kLogitTiles; ++b)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
-  float ss[kLgRows];
-#pragma unroll
-  for (int i = 0; i < kLgRows; ++i) ss[i] = 0.f;
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-  const uint16_t* row0 = state + (r0 + g) * lds + 8 * quad;  // row i of the lane: row0 + i * row_step
-  const int64_t row_step = 8 * lds;
-  for (int m = m_first; m <= m_last; ++m) {
-    const unsigned in_m = lg_in_group(live, r0, g, cu, groups, m);
-    const uint4* bm = split + static_cast<int64_t>(m) * nq * kSplits * kLogitTiles * 32;
-    for (int64_t q = warp; q < nq; q += kLgWarps) {
-      // Two halves of 2 m-tiles each keep the live A fragments at 16 registers
-      // (the B units are read twice, the second time from L1).
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        uint4 a[4];
-#pragma unroll
-        for (int ii = 0; ii < 4; ++ii) {
-          const int i = 4 * hh + ii;
-          a[ii] = ((live >> i) & 1u) ? __ldg(reinterpret_cast<const uint4*>(row0 + i * row_step + q * kChunkK)) : zero;
-          if (m == m_first) lg_add_squares(ss[i], a[ii]);
-          if (!((in_m >> i) & 1u)) a[ii] = zero;
-        }
-#pragma unroll
-        for (int nt = 0; nt < kLogitTiles; ++nt) {
-          // The chunk's split terms on a zeroed accumulator, then one IEEE add (as route_fused.cu).
-          float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-          for (int s = 0; s < kSplits; ++s) {
-            const uint4 b = __ldg(bm + ((q * kSplits + s) * kLogitTiles + nt) * 32 + lane);
-            mma_chunk(part[0], a[0], a[1], b);
-            mma_chunk(part[1], a[2], a[3], b);
-          }
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            acc[2 * hh][nt][c] += part[0][c];
-            acc[2 * hh + 1][nt][c] += part[1][c];
-          }
-        }
-      }
-    }
-  }
-  lg_finish(red, acc, ss, r0, logits, ldl, vw, eps, t);
-}
-
-// ---- the pipelined logits kernel (MhcLogitsKernel::kRing, the default) ----------
+// ---- the pipelined logits kernel --------------------------------------------------
 //
 // The same plan, but each thread streams its own 8 rows x 16 bytes per chunk
 // through a private ring of kStages slots in shared memory with cp.async:
@@ -490,7 +425,7 @@ bool rows_aligned(const Tensor& x) { return aligned16(x.data()) && x.row_stride(
 
 }  // namespace
 
-bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s, MhcLogitsKernel kernel) {
+bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s) {
   const int64_t t = p.state.size(0), vw = p.state.size(1);
   if (vw % kChunkK != 0 || !rows_aligned(p.state)) return false;
   if (t == 0) return true;
@@ -504,25 +439,12 @@ bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStrea
   const unsigned grid = blocks(t, kLgTokens, "mhc_logits (fused)");
   const auto* x = static_cast<const uint16_t*>(p.state.data());
   auto* out = static_cast<float*>(p.logits.data());
-  if (kernel == MhcLogitsKernel::kDirect) {
-    static const bool opted_in = [] {  // not a stream operation: fine during graph capture
-      MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_logits_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(kLgShared)));
-      return true;
-    }();
-    (void)opted_in;
-    mhc_logits_mma_kernel<<<grid, kLgThreads, kLgShared, s>>>(x, p.state.row_stride(), split, out,
-                                                              p.logits.row_stride(), vw, cu_of(p.groups), groups,
-                                                              p.eps, t);
-  } else if (kernel == MhcLogitsKernel::kRingDeep) {
-    // 6 slots (192 KB), one block an SM: 5 x 4 KB ahead per warp, 160 KB an SM; no register cap.
-    launch_logits_ring<6, 1>(grid, s, x, p.state.row_stride(), split, out, p.logits.row_stride(), vw, cu_of(p.groups),
-                             groups, p.eps, t);
-  } else {
-    // 3 slots (96 KB), two blocks an SM: 2 x 4 KB ahead per warp, 128 KB an SM.
-    launch_logits_ring<3, 2>(grid, s, x, p.state.row_stride(), split, out, p.logits.row_stride(), vw, cu_of(p.groups),
-                             groups, p.eps, t);
-  }
+  // 3 slots (96 KB), two blocks an SM: 2 x 4 KB ahead per warp, 128 KB an SM.
+  // Measured on the H200 (docs/perf.md, 2026-12-04 third session): 0.40 ms at
+  // 272p against 0.58 ms for 16-byte loads straight into registers and 0.42 ms
+  // for 6 slots and one block an SM (both removed).
+  launch_logits_ring<3, 2>(grid, s, x, p.state.row_stride(), split, out, p.logits.row_stride(), vw, cu_of(p.groups),
+                           groups, p.eps, t);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits (fused)");
   return true;
 }
