@@ -173,16 +173,8 @@ __global__ void __launch_bounds__(kLgThreads, kMinBlocks)
   const unsigned live = lg_live(r0, g, t);
   const int64_t r_last = (r0 + kLgTokens < t ? r0 + kLgTokens : t) - 1;
   const int m_first = group_of(cu, groups, r0), m_last = group_of(cu, groups, r_last);
-  float acc[4][kLogitTiles][4];
-#pragma unroll
-  for (int a = 0; a < 4; ++a)
-#pragma unroll
-    for (int b = 0; b < kLogitTiles; ++b)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
-  float ss[kLgRows];
-#pragma unroll
-  for (int i = 0; i < kLgRows; ++i) ss[i] = 0.f;
+  float acc[4][kLogitTiles][4] = {};
+  float ss[kLgRows] = {};
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   const uint16_t* row0 = state + (r0 + g) * lds + 8 * quad;  // row i of the lane: row0 + i * row_step
   const int64_t row_step = 8 * lds;

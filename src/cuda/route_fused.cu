@@ -65,13 +65,7 @@ __device__ __forceinline__ void route_logits_mma(const uint16_t* __restrict__ r,
   const int tg = warp >> 2, eq = warp & 3;
   const int ntiles = ne / 8, ntw = ne / 32;  // n-tiles per head and per warp
   const int64_t nq = dh / kChunkK;
-  float acc[2][kMaxTilesPerWarp][4];
-#pragma unroll
-  for (int a = 0; a < 2; ++a)
-#pragma unroll
-    for (int b = 0; b < kMaxTilesPerWarp; ++b)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[a][b][c] = 0.f;
+  float acc[2][kMaxTilesPerWarp][4] = {};
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   for (int64_t q = 0; q < nq; ++q) {
     uint4 a[4];  // rows g, g + 8 of m-tiles 0 and 1 of the warp's token group

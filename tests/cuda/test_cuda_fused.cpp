@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -54,6 +55,25 @@ class CudaFusedTest : public test::CudaParityTest {
     Tensor t = Tensor::empty(shape, DType::F32);
     std::copy(v.begin(), v.end(), t.data_as<float>());
     return t;
+  }
+  /// A router case's inputs on the host and on the device: random rows, gate
+  /// and bias with plant_route_ties' ties, `plant` (optional) on top, and
+  /// forced distinct experts drawn with `forced_seed`.
+  struct RouteInputs {
+    Tensor r, gate, bias, forced, r_g, gate_g, bias_g, forced_g;
+  };
+  RouteInputs route_inputs(const RouteCase& rc, uint32_t forced_seed,
+                           const std::function<void(Tensor&, Tensor&, Tensor&)>& plant = {}) {
+    print_route_case(rc);
+    RouteInputs in;
+    in.r = random({rc.t, rc.mh * rc.dh}, DType::BF16, 1.2f);
+    in.gate = random({rc.mh * rc.ne, rc.dh}, DType::F32, 1.f / std::sqrt(static_cast<float>(rc.dh)));
+    in.bias = random({rc.mh * rc.ne}, DType::F32, 0.3f);
+    plant_route_ties(in.gate, in.bias, rc.ne, rc.dh);
+    if (plant) plant(in.r, in.gate, in.bias);
+    in.forced = test::random_routes(rc.mh, rc.t, rc.ne, rc.k, forced_seed);
+    in.r_g = up(in.r), in.gate_g = up(in.gate), in.bias_g = up(in.bias), in.forced_g = up(in.forced);
+    return in;
   }
   std::unique_ptr<cuda::SplitScratch> scratch_;
 };
@@ -131,16 +151,11 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
 
 TEST_F(CudaFusedTest, RouterSelectsAsTheReferenceWhereTheMarginIsClear) {
   for (const RouteCase rc : {RouteCase{1000, 256, 12, 256, 6}, RouteCase{77, 64, 4, 64, 4}}) {
-    const int64_t t = rc.t, dh = rc.dh;
+    const int64_t t = rc.t;
     const int mh = rc.mh, ne = rc.ne, k = rc.k;
-    print_route_case(rc);
-    Tensor r = random({t, mh * dh}, DType::BF16, 1.2f);
-    Tensor gate = random({mh * ne, dh}, DType::F32, 1.f / std::sqrt(static_cast<float>(dh)));
-    Tensor bias = random({mh * ne}, DType::F32, 0.3f);
-    // Head 0: zero gate rows (every logit exactly 0) and tied biases; head 1: two NaN biases.
-    plant_route_ties(gate, bias, ne, dh);
-    const Tensor forced = test::random_routes(mh, t, ne, k, 7);  // distinct experts, not in score order
-    const Tensor r_g = up(r), gate_g = up(gate), bias_g = up(bias), forced_g = up(forced);
+    // Head 0: zero gate rows (every logit exactly 0) and tied biases; head 1: two NaN biases;
+    // forced: distinct experts, not in score order.
+    const auto [r, gate, bias, forced, r_g, gate_g, bias_g, forced_g] = route_inputs(rc, 7);
     for (int mode = 0; mode < 3; ++mode) {  // normalised, not normalised, forced
       const bool normalize = mode != 1, force = mode == 2;
       const auto [ic, wc, mc, ig, wg, mg] = route_outputs(mh, t, k);
@@ -230,14 +245,8 @@ TEST_F(CudaFusedTest, RouterFilteredSelectionEqualsTheWarpSelectionBitForBit) {
                              RouteCase{200, 32, 8, 32, 7}, RouteCase{130, 64, 8, 128, 1}}) {
     const int64_t t = rc.t, dh = rc.dh;
     const int mh = rc.mh, ne = rc.ne, k = rc.k;
-    print_route_case(rc);
-    Tensor r = random({t, mh * dh}, DType::BF16, 1.2f);
-    Tensor gate = random({mh * ne, dh}, DType::F32, 1.f / std::sqrt(static_cast<float>(dh)));
-    Tensor bias = random({mh * ne}, DType::F32, 0.3f);
-    plant_route_ties(gate, bias, ne, dh);
-    plant_select_cases(r, gate, bias, mh, ne, dh);
-    const Tensor forced = test::random_routes(mh, t, ne, k, 11);
-    const Tensor r_g = up(r), gate_g = up(gate), bias_g = up(bias), forced_g = up(forced);
+    const auto [r, gate, bias, forced, r_g, gate_g, bias_g, forced_g] =
+        route_inputs(rc, 11, [&](Tensor& rr, Tensor& gg, Tensor& bb) { plant_select_cases(rr, gg, bb, mh, ne, dh); });
     for (int mode = 0; mode < 3; ++mode) {  // normalised, not normalised, forced
       const bool normalize = mode != 1, force = mode == 2;
       std::printf("  %s\n", force ? "forced" : normalize ? "normalised" : "not normalised");
