@@ -165,17 +165,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (tid != 0) return;
     const int k0 = f * kDH, r0 = f * de;
-    constexpr uint64_t kKeep = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
+    constexpr uint64_t kCacheHint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
     for (int j = 0; j < chunks; ++j) {
       const int s13 = j % kStages13, s2 = j % kStages2;
       Barrier::wait(&sm.empty13[s13], ((j / kStages13) & 1) ^ 1);
       TxBarrier::arrive_and_expect_tx(&sm.full13[s13], kBytesW13);
-      SM90_TMA_LOAD_2D::copy(&tm_gate, &sm.full13[s13], kKeep, &sm.w13[s13][0], j * kBC, k0);
-      SM90_TMA_LOAD_2D::copy(&tm_up, &sm.full13[s13], kKeep, &sm.w13[s13][kElemsW13 / 2], j * kBC, k0);
+      SM90_TMA_LOAD_2D::copy(&tm_gate, &sm.full13[s13], kCacheHint, &sm.w13[s13][0], j * kBC, k0);
+      SM90_TMA_LOAD_2D::copy(&tm_up, &sm.full13[s13], kCacheHint, &sm.w13[s13][kElemsW13 / 2], j * kBC, k0);
       Barrier::wait(&sm.empty2[s2], ((j / kStages2) & 1) ^ 1);
       TxBarrier::arrive_and_expect_tx(&sm.full2[s2], kBytesW2);
       for (int b = 0; b < kDH / 64; ++b)
-        SM90_TMA_LOAD_2D::copy(&tm_down, &sm.full2[s2], kKeep, &sm.w2[s2][b * 64 * kBC], b * 64, r0 + j * kBC);
+        SM90_TMA_LOAD_2D::copy(&tm_down, &sm.full2[s2], kCacheHint, &sm.w2[s2][b * 64 * kBC], b * 64, r0 + j * kBC);
     }
     return;
   }
