@@ -49,10 +49,10 @@ class MoeExpertsRunner {
   /// then a separate SwiGLU7 pass; kEpilogue, the up GEMM then the gate GEMM
   /// with SwiGLU7 in its epilogue (the gate never written), and W2 with the
   /// routing weight in its epilogue (bf16 out: half the bytes for the combine),
-  /// the same bytes as kGrouped; kFused, where it applies (bf16 banks, d_head
-  /// 256, d_expert a multiple of 64, aligned rows), the whole expert in one
-  /// kernel (moe_expert_fused.h: gather, W13, SwiGLU7, W2 and the weight),
-  /// else kEpilogue. kFromEnv: MAGI2_MOE_KERNEL = reference (kGrouped),
+  /// the same bytes as kGrouped; kFused, where it applies (bf16 banks or FP8
+  /// banks dequantised to bf16, d_head 256, d_expert a multiple of 64, aligned
+  /// rows), the whole expert in one kernel (moe_expert_fused.h: gather, W13,
+  /// SwiGLU7, W2 and the weight), else (W8A8, other widths) kEpilogue. kFromEnv: MAGI2_MOE_KERNEL = reference (kGrouped),
   /// epilogue or fused; unset: w13_kernel_default().
   enum class W13Kernel { kFromEnv, kFused, kGrouped, kEpilogue };
   /// What kFromEnv gives without MAGI2_MOE_KERNEL.

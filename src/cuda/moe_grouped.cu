@@ -1,9 +1,11 @@
-// Routed experts as grouped GEMMs (spec magi2-dit.md §8.3-8.4): a counting
-// sort of the routes into flat-expert order, a gather of the routed rows, the
-// W13 grouped GEMMs (by default the up GEMM, then the gate GEMM with SwiGLU7
-// in its epilogue; or gate and up in one GEMM and SwiGLU7 in place), the W2
-// grouped GEMM (by default with the routing weight in its epilogue, bf16 out;
-// else fp32 out) and the deterministic combine. Everything stays on the device
+// Routed experts (spec magi2-dit.md §8.3-8.4): a counting sort of the routes
+// into flat-expert order, then by default the fused expert kernel
+// (moe_expert_fused.h: gather, W13, SwiGLU7, W2 and the routing weight in one
+// kernel); where it does not apply, a gather of the routed rows, the W13
+// grouped GEMMs (the up GEMM, then the gate GEMM with SwiGLU7 in its epilogue;
+// or, for reference, gate and up in one GEMM and SwiGLU7 in place) and the W2
+// grouped GEMM (with the routing weight in its epilogue, bf16 out; else fp32
+// out); last the deterministic combine. Everything stays on the device
 // (no host sync), so a planned call is capturable into a CUDA graph.
 //
 // Order and determinism: expert f's rows are its routes (t, j) in ascending
@@ -290,7 +292,7 @@ MoeExpertsRunner::W13Kernel w13_kernel_from_env() {
 }  // namespace
 
 // The whole expert in one kernel since the H200 run of 2026-12-04 (third
-// session): the grouped path's bytes, routed experts 15.7 -> 12.8 ms a MoE
+// session): the grouped path's bytes, routed experts 16.0 -> 10.7 ms a MoE
 // layer at 272p (docs/perf.md); the epilogues where it does not apply.
 MoeExpertsRunner::W13Kernel MoeExpertsRunner::w13_kernel_default() { return W13Kernel::kFused; }
 
