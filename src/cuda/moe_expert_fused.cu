@@ -258,13 +258,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Z of a finished GU: the gate in accumulator values 0..15, the up values in 16..31 (see the top).
   auto swiglu7_into = [&](auto& z) {
     warpgroup_fence_operand(acc_gu);
+    auto zw = cute::recast<uint32_t>(z);  // no repacking: the bf16x2 of cvt.rn is the register
     auto sig = [](float x) { return dev::sigmoid_fast_f32(x); };
     CUTE_UNROLL
     for (int i = 0; i < 16; i += 2) {
       const uint32_t g = bf16x2_rn(acc_gu(i + 1), acc_gu(i)), u = bf16x2_rn(acc_gu(i + 17), acc_gu(i + 16));
       const uint32_t zz = bf16x2_rn(swiglu7_f32(bf16_hi(g), bf16_hi(u), sig), swiglu7_f32(bf16_lo(g), bf16_lo(u), sig));
-      z(i) = Bf16::bitcast(static_cast<uint16_t>(zz & 0xffffu));
-      z(i + 1) = Bf16::bitcast(static_cast<uint16_t>(zz >> 16));
+      zw(i / 2) = zz;  // values i and i + 1 share one register, i in the low half
     }
     warpgroup_fence_operand(z);
   };

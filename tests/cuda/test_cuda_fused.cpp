@@ -34,6 +34,9 @@
 #include "ops/ops.h"
 
 namespace magi2 {
+namespace test {
+uint64_t sigmoid_fast_mismatches(cudaStream_t s);  // sigmoid_fast_check.cu
+}  // namespace test
 namespace {
 
 using test::count_diff;
@@ -263,6 +266,14 @@ TEST_F(CudaFusedTest, RouterFilteredSelectionEqualsTheWarpSelectionBitForBit) {
       EXPECT_EQ(count_diff(down(mg), down(mw), "    margin"), 0);
     }
   }
+}
+
+// dev::sigmoid_fast_f32 (routed experts' SwiGLU7, the router's filter bound)
+// is the .ftz SFU form; it must give the bits of the __fdividef form it
+// replaced on every input, so neither kernel's bytes moved.
+TEST_F(CudaFusedTest, SigmoidFastIsTheFdividefFormBitForBit) {
+  if (!gpu_) GTEST_SKIP() << "no CUDA device";
+  EXPECT_EQ(test::sigmoid_fast_mismatches(stream()), 0u);
 }
 
 }  // namespace
