@@ -286,6 +286,21 @@ __device__ __forceinline__ uint64_t rank_key(float v, int id) {
   return (static_cast<uint64_t>(ord) << 32) | static_cast<uint32_t>(255 - id);
 }
 
+/// crank[m] += the number of the row's candidates (8 lanes from gbase, slots
+/// 0 .. kSlots - 1 each) whose key exceeds key[m]; slots from kSlots on must be
+/// empty in the whole warp.
+template <int kSlots>
+__device__ __forceinline__ void count_ranks(const uint64_t key[4], int crank[4], int gbase) {
+#pragma unroll
+  for (int m2 = 0; m2 < kSlots; ++m2)
+#pragma unroll
+    for (int l = 0; l < 8; ++l) {
+      const uint64_t ok = __shfl_sync(kFull, key[m2], gbase | l);  // 0 for an empty slot: never counts
+#pragma unroll
+      for (int m = 0; m < kSlots; ++m) crank[m] += ok > key[m] ? 1 : 0;
+    }
+}
+
 /// Part C for the block's rows (all threads; the candidate lists complete and
 /// synchronised): 8 lanes per row, rows pass * 32 + warp * 4 + lane / 8.
 /// `sc` holds the raw logits (row stride ld); the fallback rows' turn into
@@ -320,17 +335,14 @@ __device__ __forceinline__ void rank_candidates(FilterShared& fs, float* sc, int
         key[m] = rank_key(cv[m], cid[m]);
       }
     }
+    // Rows mostly have 7 to 16 candidates: the slots past the warp's largest list are empty.
     const int nmax = __reduce_max_sync(kFull, nc);
-#pragma unroll
-    for (int m2 = 0; m2 < 4; ++m2) {
-      if (8 * m2 >= nmax) break;
-#pragma unroll
-      for (int l = 0; l < 8; ++l) {
-        const uint64_t ok = __shfl_sync(kFull, key[m2], gbase | l);  // 0 for an empty slot: never counts
-#pragma unroll
-        for (int m = 0; m < 4; ++m) crank[m] += ok > key[m] ? 1 : 0;
-      }
-    }
+    if (nmax <= 8)
+      count_ranks<1>(key, crank, gbase);
+    else if (nmax <= 16)
+      count_ranks<2>(key, crank, gbase);
+    else
+      count_ranks<4>(key, crank, gbase);
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
       if (cid[m] >= 0 && crank[m] < take) {
