@@ -59,11 +59,14 @@ class SplitScratch {
 /// (MoeExpertsRunner::W13Kernel, mhc_moe.h). fused_paths.cpp.
 bool fused_selected(const char* env_name, bool fused_default = true);
 
-/// The fused router's selection after its tensor-core logits; both give the
+/// The fused router's selection after its tensor-core logits; all give the
 /// same bytes for the same logits (route_fused.cu).
 enum class RouteSelect {
-  kFiltered,  ///< a fast-sigmoid bound filters each row to a few candidates, ranked exactly (default)
-  kWarp,      ///< a warp per row over all its experts (the first fused router; bench and test)
+  kFiltered,        ///< a fast-sigmoid bound filters each row to a few candidates, ranked exactly, the
+                    ///< bound on the logits in registers (default; 64, 128, 192 or 256 experts per head,
+                    ///< else kFilteredShared)
+  kFilteredShared,  ///< the same filter over the logits in shared memory (the previous kernel; bench and test)
+  kWarp,            ///< a warp per row over all its experts (the first fused router; bench and test)
 };
 
 /// The fast paths chosen for a backend: which families and the shared scratch.
@@ -85,7 +88,7 @@ bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s);
 bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s);
 /// Router of checked params (route_fused.cu): false unless d_head is a multiple
 /// of 32, the experts per head a multiple of 32 and at most 256, and r's rows 16-byte aligned.
-/// `select` picks the selection; kFiltered runs kWarp's when top-k exceeds 7.
+/// `select` picks the selection; both filtered ones run kWarp's when top-k exceeds 7.
 bool moe_route_fused(const MoeRouteParams& p, SplitScratch& scratch, cudaStream_t s,
                      RouteSelect select = RouteSelect::kFiltered);
 
