@@ -66,12 +66,21 @@ enum class RouteSelect {
   kWarp,      ///< a warp per row over all its experts (the first fused router; bench and test)
 };
 
+/// Which kernel the fused mHC post + residual runs; all give the same bytes
+/// (the same fp32 operations in the same order per output; mhc_fused.cu).
+enum class MhcPostKernel {
+  kLean,      ///< the ring kernel with fewer instructions a step (paired bf16 roundings), 3 slots (default)
+  kLeanDeep,  ///< the same with 5 slots and two blocks an SM (bench and test)
+  kRing,      ///< the first ring kernel, f32_to_bf16 per value (bench and test)
+};
+
 /// The fast paths chosen for a backend: which families and the shared scratch.
 struct FusedPaths {
   bool mhc = false;     ///< MAGI2_MHC_KERNEL=fused
   bool router = false;  ///< MAGI2_ROUTER_KERNEL=fused
   SplitScratch* scratch = nullptr;
   RouteSelect router_select = RouteSelect::kFiltered;  ///< with router: which selection
+  MhcPostKernel mhc_post = MhcPostKernel::kLean;       ///< with mhc: which post + residual kernel
 };
 
 /// mHC logits of checked params (mhc_fused.cu): false when the width is not
@@ -82,7 +91,7 @@ bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStrea
 bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s);
 /// mHC post + residual of checked params, bit-equal to the reference
 /// (mhc_fused.cu): false unless D is a multiple of 8 and rows are 16-byte aligned.
-bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s);
+bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s, MhcPostKernel kernel = MhcPostKernel::kLean);
 /// Router of checked params (route_fused.cu): false unless d_head is a multiple
 /// of 32, the experts per head a multiple of 32 and at most 256, and r's rows 16-byte aligned.
 /// `select` picks the selection; kFiltered runs kWarp's when top-k exceeds 7.
