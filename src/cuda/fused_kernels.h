@@ -3,7 +3,7 @@
 // the default, or "reference"; docs/cuda.md). The routed experts' kernel has
 // its own switch (MAGI2_MOE_KERNEL, mhc_moe.h). Host-only header.
 //
-// - mHC logits: RMSNorm(12288) and the 24 logits of 64 tokens per block on
+// - mHC logits: RMSNorm(12288) and the 24 logits of 128 tokens per block on
 //   bf16 tensor cores with a three-term bf16 split of (1 + w) * phi
 //   (mma_split.cuh): one pass over the state. Within fp32 rounding of the CPU
 //   reference (not bit-equal): the reference forms n = (x * rs) * (1 + w) and
@@ -66,6 +66,13 @@ enum class RouteSelect {
   kWarp,      ///< a warp per row over all its experts (the first fused router; bench and test)
 };
 
+/// Which kernel the fused mHC logits run; both give the same bytes (the same
+/// fp32 operations in the same order per logit; mhc_fused.cu, mhc_logits_wide.cu).
+enum class MhcLogitsKernel {
+  kWide,  ///< 128 tokens and 24 warps a block, a warp per (chunk class, n-tile) (default)
+  kRing,  ///< 64 tokens and 8 warps a block, each thread's rows through its own cp.async ring (bench and test)
+};
+
 /// Which kernel the fused mHC post + residual runs; all give the same bytes
 /// (the same fp32 operations in the same order per output; mhc_fused.cu).
 enum class MhcPostKernel {
@@ -80,12 +87,14 @@ struct FusedPaths {
   bool router = false;  ///< MAGI2_ROUTER_KERNEL=fused
   SplitScratch* scratch = nullptr;
   RouteSelect router_select = RouteSelect::kFiltered;  ///< with router: which selection
-  MhcPostKernel mhc_post = MhcPostKernel::kLean;       ///< with mhc: which post + residual kernel
+  MhcLogitsKernel mhc_logits = MhcLogitsKernel::kWide;  ///< with mhc: which logits kernel
+  MhcPostKernel mhc_post = MhcPostKernel::kLean;        ///< with mhc: which post + residual kernel
 };
 
 /// mHC logits of checked params (mhc_fused.cu): false when the width is not
 /// a multiple of 32 or the state rows are not 16-byte aligned.
-bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s);
+bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s,
+                      MhcLogitsKernel kernel = MhcLogitsKernel::kWide);
 /// mHC branch input of checked params, bit-equal to the reference (mhc_fused.cu):
 /// false unless D is a multiple of 8 and the rows are 16-byte aligned.
 bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s);

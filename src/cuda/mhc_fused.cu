@@ -7,10 +7,12 @@
 // writes the state. Together ~3.3 GB per branch (~0.8 ms at 4 TB/s).
 #include <cstdint>
 
+#include "cuda/cp_async.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/fused_kernels.h"
 #include "cuda/mhc_coef.cuh"
+#include "cuda/mhc_logits_wide.h"
 #include "cuda/mma_split.cuh"
 
 namespace magi2::cuda {
@@ -148,16 +150,6 @@ template <int kStages>
 constexpr size_t lg_ring_shared() {
   const size_t ring = static_cast<size_t>(kStages) * kLgRows * kLgThreads * sizeof(uint4);
   return ring > kLgShared ? ring : kLgShared;
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 template <int kStages, int kMinBlocks>
@@ -599,7 +591,7 @@ bool rows_aligned(const Tensor& x) { return aligned16(x.data()) && x.row_stride(
 
 }  // namespace
 
-bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s) {
+bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s, MhcLogitsKernel kernel) {
   const int64_t t = p.state.size(0), vw = p.state.size(1);
   if (vw % kChunkK != 0 || !rows_aligned(p.state)) return false;
   if (t == 0) return true;
@@ -610,15 +602,19 @@ bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStrea
   mhc_phi_split_kernel<<<blocks(units, 256, "mhc_logits (fused)"), 256, 0, s>>>(
       static_cast<const float*>(p.phi.data()), static_cast<const float*>(p.norm_w.data()), vw, groups, split);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits phi split");
-  const unsigned grid = blocks(t, kLgTokens, "mhc_logits (fused)");
   const auto* x = static_cast<const uint16_t*>(p.state.data());
   auto* out = static_cast<float*>(p.logits.data());
-  // 3 slots (96 KB), two blocks an SM: 2 x 4 KB ahead per warp, 128 KB an SM.
-  // Measured on the H200 (docs/perf.md, 2026-12-04 third session): 0.40 ms at
-  // 272p against 0.58 ms for 16-byte loads straight into registers and 0.42 ms
-  // for 6 slots and one block an SM (both removed).
-  launch_logits_ring<3, 2>(grid, s, x, p.state.row_stride(), split, out, p.logits.row_stride(), vw, cu_of(p.groups),
-                           groups, p.eps, t);
+  if (kernel == MhcLogitsKernel::kWide) {
+    launch_mhc_logits_wide(x, p.state.row_stride(), split, out, p.logits.row_stride(), vw, cu_of(p.groups), groups,
+                           p.eps, t, s);
+  } else {
+    // 3 slots (96 KB), two blocks an SM: 2 x 4 KB ahead per warp, 128 KB an SM.
+    // Measured on the H200 (docs/perf.md, 2026-12-04 third session): 0.40 ms at
+    // 272p against 0.58 ms for 16-byte loads straight into registers and 0.42 ms
+    // for 6 slots and one block an SM (both removed).
+    launch_logits_ring<3, 2>(blocks(t, kLgTokens, "mhc_logits (fused)"), s, x, p.state.row_stride(), split, out,
+                             p.logits.row_stride(), vw, cu_of(p.groups), groups, p.eps, t);
+  }
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits (fused)");
   return true;
 }
