@@ -3,7 +3,7 @@
 // the default, or "reference"; docs/cuda.md). The routed experts' kernel has
 // its own switch (MAGI2_MOE_KERNEL, mhc_moe.h). Host-only header.
 //
-// - mHC logits: RMSNorm(12288) and the 24 logits of 64 tokens per block on
+// - mHC logits: RMSNorm(12288) and the 24 logits of 128 tokens per block on
 //   bf16 tensor cores with a three-term bf16 split of (1 + w) * phi
 //   (mma_split.cuh): one pass over the state. Within fp32 rounding of the CPU
 //   reference (not bit-equal): the reference forms n = (x * rs) * (1 + w) and
@@ -69,23 +69,41 @@ enum class RouteSelect {
   kWarp,            ///< a warp per row over all its experts (the first fused router; bench and test)
 };
 
+/// Which kernel the fused mHC logits run; both give the same bytes (the same
+/// fp32 operations in the same order per logit; mhc_fused.cu, mhc_logits_wide.cu).
+enum class MhcLogitsKernel {
+  kWide,  ///< 128 tokens and 24 warps a block, a warp per (chunk class, n-tile) (default)
+  kRing,  ///< 64 tokens and 8 warps a block, each thread's rows through its own cp.async ring (bench and test)
+};
+
+/// Which kernel the fused mHC post + residual runs; all give the same bytes
+/// (the same fp32 operations in the same order per output; mhc_fused.cu).
+enum class MhcPostKernel {
+  kLean,      ///< the ring kernel with fewer instructions a step (paired bf16 roundings), 3 slots (default)
+  kLeanDeep,  ///< the same with 5 slots and two blocks an SM (bench and test)
+  kRing,      ///< the first ring kernel, f32_to_bf16 per value (bench and test)
+};
+
 /// The fast paths chosen for a backend: which families and the shared scratch.
 struct FusedPaths {
   bool mhc = false;     ///< MAGI2_MHC_KERNEL=fused
   bool router = false;  ///< MAGI2_ROUTER_KERNEL=fused
   SplitScratch* scratch = nullptr;
   RouteSelect router_select = RouteSelect::kFiltered;  ///< with router: which selection
+  MhcLogitsKernel mhc_logits = MhcLogitsKernel::kWide;  ///< with mhc: which logits kernel
+  MhcPostKernel mhc_post = MhcPostKernel::kLean;        ///< with mhc: which post + residual kernel
 };
 
 /// mHC logits of checked params (mhc_fused.cu): false when the width is not
 /// a multiple of 32 or the state rows are not 16-byte aligned.
-bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s);
+bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s,
+                      MhcLogitsKernel kernel = MhcLogitsKernel::kWide);
 /// mHC branch input of checked params, bit-equal to the reference (mhc_fused.cu):
 /// false unless D is a multiple of 8 and the rows are 16-byte aligned.
 bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s);
 /// mHC post + residual of checked params, bit-equal to the reference
 /// (mhc_fused.cu): false unless D is a multiple of 8 and rows are 16-byte aligned.
-bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s);
+bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s, MhcPostKernel kernel = MhcPostKernel::kLean);
 /// Router of checked params (route_fused.cu): false unless d_head is a multiple
 /// of 32, the experts per head a multiple of 32 and at most 256, and r's rows 16-byte aligned.
 /// `select` picks the selection; both filtered ones run kWarp's when top-k exceeds 7.

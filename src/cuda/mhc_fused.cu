@@ -7,10 +7,12 @@
 // writes the state. Together ~3.3 GB per branch (~0.8 ms at 4 TB/s).
 #include <cstdint>
 
+#include "cuda/cp_async.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/fused_kernels.h"
 #include "cuda/mhc_coef.cuh"
+#include "cuda/mhc_logits_wide.h"
 #include "cuda/mma_split.cuh"
 
 namespace magi2::cuda {
@@ -148,16 +150,6 @@ template <int kStages>
 constexpr size_t lg_ring_shared() {
   const size_t ring = static_cast<size_t>(kStages) * kLgRows * kLgThreads * sizeof(uint4);
   return ring > kLgShared ? ring : kLgShared;
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 template <int kStages, int kMinBlocks>
@@ -407,6 +399,188 @@ __global__ void __launch_bounds__(kVecWarps * 32, kPostBlocks)
   cp_async_wait<0>();
 }
 
+// ---- post + residual, the lean kernel ---------------------------------------------
+//
+// The ring kernel's plan and operations (same bytes), with about 40 % fewer
+// instructions per 16-byte column step, which made the ring kernel issue-bound
+// between its loads (~620 instructions a step, 250 of them on the half-rate
+// integer pipe, for 80 bytes read and 64 written per thread):
+// - the 32 sums of a step round to bf16 in pairs with one cvt.rn.bf16x2.f32
+//   (the same bits as f32_to_bf16 for every non-NaN value, subnormals
+//   included: no .ftz); a NaN becomes the canonical one there, so a step whose
+//   sums hold a NaN (their fp32 total is NaN) rounds with f32_to_bf16 instead
+//   and keeps the payload;
+// - the ring position and the (token, column step) of the next copy are
+//   carried from step to step instead of divided out of a flat index;
+// - the new state is stored with st.global.cs (evict first: nothing reads it
+//   before this kernel ends, so it should not displace the state still to be read).
+// kStages and kBlocks size the ring: kStages - 1 steps (80 bytes a thread
+// each) ahead, kStages x 20 KB of shared memory a block.
+
+__device__ __forceinline__ uint32_t bf16x2_rn(float hi, float lo) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+__device__ __forceinline__ void st_global_cs(void* p, const uint4& v) {
+  asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+template <int kStages>
+constexpr size_t post_lean_shared() {
+  return static_cast<size_t>(kStages) * kPostLoads * kVecWarps * 32 * sizeof(uint4);
+}
+
+template <int kStages, int kBlocks>
+__global__ void __launch_bounds__(kVecWarps * 32, kBlocks)
+    mhc_post_res_lean_kernel(uint16_t* state, int64_t lds, const uint16_t* __restrict__ o, int64_t ldo,
+                             const float* __restrict__ logits, int64_t ldl, const float* __restrict__ alpha_post,
+                             const float* __restrict__ alpha_res, const float* __restrict__ b_post,
+                             const float* __restrict__ b_res, float c, int iters, float sk_eps,
+                             float* __restrict__ h_post, int64_t ldhp, float* __restrict__ h_res, int64_t ldhr,
+                             int64_t d, int64_t t) {
+  extern __shared__ uint4 post_ring[];  // [slot][load][thread]
+  __shared__ float coef[kPostTokens][kCoef + 1];
+  __shared__ uint64_t exp_table[32];
+  constexpr int kThreads = kVecWarps * 32;
+  exp2_table_to_shared(exp_table);
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kPostTokens;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // This warp's tokens r0 + warp + 8 j, j < ntok; column step ci of a token: columns 8 lane + 256 ci.
+  const int64_t left = t - r0 - warp;  // tokens warp + 8 j < left
+  const int ntok =
+      left <= 0 ? 0 : static_cast<int>(min(int64_t{kPostTokens / kVecWarps}, (left + kVecWarps - 1) / kVecWarps));
+  const int steps_tok = static_cast<int>((d + 255) / 256);
+  const int64_t lane_col = 8 * lane;
+  uint4* mine = post_ring + threadIdx.x;  // slot k, load l: mine[(k * kPostLoads + l) * kThreads]
+  // The next copy: token j of the warp, column step ci, ring slot k (steps issue in order, one commit group each).
+  int issue_j = 0, issue_ci = 0, issue_k = 0;
+  auto issue = [&] {
+    if (issue_j < ntok) {
+      const int64_t r = r0 + warp + kVecWarps * issue_j, col = lane_col + 256 * static_cast<int64_t>(issue_ci);
+      if (col < d) {
+        uint4* slot = mine + issue_k * kPostLoads * kThreads;
+        const uint16_t* src = state + r * lds + col;
+#pragma unroll
+        for (int l = 0; l < kStreams; ++l) cp_async16(slot + l * kThreads, src + l * d);
+        cp_async16(slot + kStreams * kThreads, o + r * ldo + col);
+      }
+      if (++issue_ci == steps_tok) issue_ci = 0, ++issue_j;
+      if (++issue_k == kStages) issue_k = 0;
+    }
+    cp_async_commit();
+  };
+#pragma unroll 1
+  for (int k = 0; k < kStages - 1; ++k) issue();
+  __syncthreads();  // the exp table
+  if (threadIdx.x < kPostTokens && r0 + threadIdx.x < t) {
+    const int64_t r = r0 + threadIdx.x;
+    float hp[kStreams], mm[kStreams][kStreams];
+    mhc_post_coefs(logits + r * ldl, alpha_post[0] * c, alpha_res[0] * c, b_post, b_res, iters, sk_eps,
+                   [](float x) { return exp_f32(x, exp_table); }, hp, mm);
+    float* cf = coef[threadIdx.x];
+    for (int i = 0; i < kStreams; ++i) {
+      cf[i] = hp[i];
+      if (h_post != nullptr) h_post[r * ldhp + i] = hp[i];
+      for (int j = 0; j < kStreams; ++j) {
+        cf[kStreams + 4 * i + j] = mm[i][j];
+        if (h_res != nullptr) h_res[r * ldhr + 4 * i + j] = mm[i][j];
+      }
+    }
+  }
+  __syncthreads();
+  int k = 0;  // ring slot of the current step
+#pragma unroll 1
+  for (int j = 0; j < ntok; ++j) {
+    const int tok = warp + kVecWarps * j;
+    float hp[kStreams], m[kStreams][kStreams];
+#pragma unroll
+    for (int i = 0; i < kStreams; ++i) {
+      hp[i] = coef[tok][i];
+#pragma unroll
+      for (int jj = 0; jj < kStreams; ++jj) m[i][jj] = coef[tok][kStreams + 4 * i + jj];
+    }
+    uint16_t* srow = state + (r0 + tok) * lds;
+#pragma unroll 1
+    for (int ci = 0; ci < steps_tok; ++ci) {
+      issue();                       // refills the slot the previous step used
+      cp_async_wait<kStages - 1>();  // this thread's copies of this step have landed
+      const uint4* slot = mine + k * kPostLoads * kThreads;
+      if (++k == kStages) k = 0;
+      const int64_t col = lane_col + 256 * static_cast<int64_t>(ci);
+      if (col >= d) continue;
+      uint4 x[kStreams];
+#pragma unroll
+      for (int l = 0; l < kStreams; ++l) x[l] = slot[l * kThreads];
+      const uint4 ov = slot[kStreams * kThreads];
+      float acc[kStreams][8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float old[kStreams];
+#pragma unroll
+        for (int jj = 0; jj < kStreams; ++jj) old[jj] = bf16_at(x[jj], e);
+        const float oc = bf16_at(ov, e);
+        // One fp32 accumulation of the 4-term mix plus the post term, one rounding (as the CPU).
+#pragma unroll
+        for (int i = 0; i < kStreams; ++i) {
+          float a = 0.f;
+#pragma unroll
+          for (int jj = 0; jj < kStreams; ++jj) a += m[i][jj] * old[jj];
+          a += hp[i] * oc;
+          acc[i][e] = a;
+        }
+      }
+      // NaN if any sum is (or two infinities cancel: then the exact path runs needlessly, same bytes).
+      float total[kStreams];
+#pragma unroll
+      for (int i = 0; i < kStreams; ++i)
+        total[i] =
+            ((acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3])) + ((acc[i][4] + acc[i][5]) + (acc[i][6] + acc[i][7]));
+      uint4 out[kStreams];
+      if (!isnan((total[0] + total[1]) + (total[2] + total[3]))) {
+#pragma unroll
+        for (int i = 0; i < kStreams; ++i)
+          out[i] = make_uint4(bf16x2_rn(acc[i][1], acc[i][0]), bf16x2_rn(acc[i][3], acc[i][2]),
+                              bf16x2_rn(acc[i][5], acc[i][4]), bf16x2_rn(acc[i][7], acc[i][6]));
+      } else {
+#pragma unroll
+        for (int i = 0; i < kStreams; ++i) {
+          uint16_t h[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) h[e] = f32_to_bf16(acc[i][e]);
+          out[i] = pack8(h);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kStreams; ++i) st_global_cs(srow + i * d + col, out[i]);
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// Launches the lean kernel (kStages x 20 KB of shared memory a block, the
+// largest carveout so that kBlocks blocks fit an SM).
+template <int kStages, int kBlocks>
+void launch_post_lean(unsigned grid, cudaStream_t s, uint16_t* state, int64_t lds, const uint16_t* o, int64_t ldo,
+                      const float* logits, int64_t ldl, const float* alpha_post, const float* alpha_res,
+                      const float* b_post, const float* b_res, float c, int iters, float sk_eps, float* h_post,
+                      int64_t ldhp, float* h_res, int64_t ldhr, int64_t d, int64_t t) {
+  constexpr auto kernel = mhc_post_res_lean_kernel<kStages, kBlocks>;
+  constexpr size_t shared = post_lean_shared<kStages>();
+  static const bool opted_in = [] {  // not a stream operation: fine during graph capture
+    MAGI2_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                          static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+    return true;
+  }();
+  (void)opted_in;
+  kernel<<<grid, kVecWarps * 32, shared, s>>>(state, lds, o, ldo, logits, ldl, alpha_post, alpha_res, b_post, b_res, c,
+                                              iters, sk_eps, h_post, ldhp, h_res, ldhr, d, t);
+}
+
 unsigned blocks(int64_t n, int64_t per, const char* what) {
   const int64_t b = (n + per - 1) / per;
   MAGI2_CHECK(b < (int64_t{1} << 31), what, ": too many rows for one launch (", n, ")");
@@ -417,7 +591,7 @@ bool rows_aligned(const Tensor& x) { return aligned16(x.data()) && x.row_stride(
 
 }  // namespace
 
-bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s) {
+bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s, MhcLogitsKernel kernel) {
   const int64_t t = p.state.size(0), vw = p.state.size(1);
   if (vw % kChunkK != 0 || !rows_aligned(p.state)) return false;
   if (t == 0) return true;
@@ -428,15 +602,19 @@ bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStrea
   mhc_phi_split_kernel<<<blocks(units, 256, "mhc_logits (fused)"), 256, 0, s>>>(
       static_cast<const float*>(p.phi.data()), static_cast<const float*>(p.norm_w.data()), vw, groups, split);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits phi split");
-  const unsigned grid = blocks(t, kLgTokens, "mhc_logits (fused)");
   const auto* x = static_cast<const uint16_t*>(p.state.data());
   auto* out = static_cast<float*>(p.logits.data());
-  // 3 slots (96 KB), two blocks an SM: 2 x 4 KB ahead per warp, 128 KB an SM.
-  // Measured on the H200 (docs/perf.md, 2026-12-04 third session): 0.40 ms at
-  // 272p against 0.58 ms for 16-byte loads straight into registers and 0.42 ms
-  // for 6 slots and one block an SM (both removed).
-  launch_logits_ring<3, 2>(grid, s, x, p.state.row_stride(), split, out, p.logits.row_stride(), vw, cu_of(p.groups),
-                           groups, p.eps, t);
+  if (kernel == MhcLogitsKernel::kWide) {
+    launch_mhc_logits_wide(x, p.state.row_stride(), split, out, p.logits.row_stride(), vw, cu_of(p.groups), groups,
+                           p.eps, t, s);
+  } else {
+    // 3 slots (96 KB), two blocks an SM: 2 x 4 KB ahead per warp, 128 KB an SM.
+    // Measured on the H200 (docs/perf.md, 2026-12-04 third session): 0.40 ms at
+    // 272p against 0.58 ms for 16-byte loads straight into registers and 0.42 ms
+    // for 6 slots and one block an SM (both removed).
+    launch_logits_ring<3, 2>(blocks(t, kLgTokens, "mhc_logits (fused)"), s, x, p.state.row_stride(), split, out,
+                             p.logits.row_stride(), vw, cu_of(p.groups), groups, p.eps, t);
+  }
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits (fused)");
   return true;
 }
@@ -455,26 +633,48 @@ bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s) {
   return true;
 }
 
-bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s) {
+bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s, MhcPostKernel kernel) {
   const int64_t t = p.state.size(0), d = p.state.size(1) / kStreams;
   if (d % 8 != 0 || !rows_aligned(p.state) || !rows_aligned(p.o)) return false;
   if (t == 0) return true;
-  static const bool opted_in = [] {  // not a stream operation: fine during graph capture
-    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_post_res_vec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(kPostShared)));
-    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_post_res_vec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                          static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-    return true;
-  }();
-  (void)opted_in;
-  mhc_post_res_vec_kernel<<<blocks(t, kPostTokens, "mhc_post_res (fused)"), kVecWarps * 32, kPostShared, s>>>(
-      static_cast<uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const uint16_t*>(p.o.data()),
-      p.o.row_stride(), static_cast<const float*>(p.logits.data()), p.logits.row_stride(),
-      static_cast<const float*>(p.w->alpha_post.data()), static_cast<const float*>(p.w->alpha_res.data()),
-      static_cast<const float*>(p.w->bias_post.data()), static_cast<const float*>(p.w->bias_res.data()), p.c,
-      p.sinkhorn_iters, p.sinkhorn_eps, p.h_post.defined() ? static_cast<float*>(p.h_post.data()) : nullptr,
-      p.h_post.defined() ? p.h_post.row_stride() : 0, p.h_res.defined() ? static_cast<float*>(p.h_res.data()) : nullptr,
-      p.h_res.defined() ? p.h_res.row_stride() : 0, d, t);
+  const unsigned grid = blocks(t, kPostTokens, "mhc_post_res (fused)");
+  auto* state = static_cast<uint16_t*>(p.state.data());
+  const auto* o = static_cast<const uint16_t*>(p.o.data());
+  const auto* logits = static_cast<const float*>(p.logits.data());
+  const auto* alpha_post = static_cast<const float*>(p.w->alpha_post.data());
+  const auto* alpha_res = static_cast<const float*>(p.w->alpha_res.data());
+  const auto* b_post = static_cast<const float*>(p.w->bias_post.data());
+  const auto* b_res = static_cast<const float*>(p.w->bias_res.data());
+  float* h_post = p.h_post.defined() ? static_cast<float*>(p.h_post.data()) : nullptr;
+  float* h_res = p.h_res.defined() ? static_cast<float*>(p.h_res.data()) : nullptr;
+  const int64_t ldhp = p.h_post.defined() ? p.h_post.row_stride() : 0,
+                ldhr = p.h_res.defined() ? p.h_res.row_stride() : 0;
+  switch (kernel) {
+    case MhcPostKernel::kLean:
+      launch_post_lean<3, 3>(grid, s, state, p.state.row_stride(), o, p.o.row_stride(), logits, p.logits.row_stride(),
+                             alpha_post, alpha_res, b_post, b_res, p.c, p.sinkhorn_iters, p.sinkhorn_eps, h_post, ldhp,
+                             h_res, ldhr, d, t);
+      break;
+    case MhcPostKernel::kLeanDeep:
+      launch_post_lean<5, 2>(grid, s, state, p.state.row_stride(), o, p.o.row_stride(), logits, p.logits.row_stride(),
+                             alpha_post, alpha_res, b_post, b_res, p.c, p.sinkhorn_iters, p.sinkhorn_eps, h_post, ldhp,
+                             h_res, ldhr, d, t);
+      break;
+    case MhcPostKernel::kRing: {
+      static const bool opted_in = [] {  // not a stream operation: fine during graph capture
+        MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_post_res_vec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(kPostShared)));
+        MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_post_res_vec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                              static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+        return true;
+      }();
+      (void)opted_in;
+      mhc_post_res_vec_kernel<<<grid, kVecWarps * 32, kPostShared, s>>>(
+          state, p.state.row_stride(), o, p.o.row_stride(), logits, p.logits.row_stride(), alpha_post, alpha_res,
+          b_post, b_res, p.c, p.sinkhorn_iters, p.sinkhorn_eps, h_post, ldhp, h_res, ldhr, d, t);
+      break;
+    }
+  }
   MAGI2_CUDA_CHECK_LAUNCH("mhc_post_res (fused)");
   return true;
 }

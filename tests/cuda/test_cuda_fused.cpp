@@ -3,8 +3,11 @@
 // reference backend on random inputs at DiT-like shapes. Stated bounds:
 // - mHC logits (bf16 tensor cores, three-term split of (1 + w) * phi): max
 //   |GPU - CPU| <= 1e-4 x max |CPU| (fp32 rounding noise is ~1e-7 of it; a
-//   lost split term or a misplaced fragment is >= 1e-3);
-// - mHC pre and post + residual: bit for bit (same fp32 operations);
+//   lost split term or a misplaced fragment is >= 1e-3); its two kernels
+//   (MhcLogitsKernel) bit for bit with each other;
+// - mHC pre and post + residual: bit for bit (same fp32 operations), every
+//   post kernel (MhcPostKernel) also bit for bit with the others on a state
+//   with NaNs and infinities planted;
 // - router: the same experts on every (head, token) whose CPU selection margin
 //   exceeds 0.01 and weights within 3e-5 relative; bit for bit where the
 //   logits are exact (zero gate rows) and for forced routing's indices; and
@@ -127,6 +130,12 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
     pl2.logits = lg2;
     cuda::mhc_logits(pl2, stream(), &fast);
     EXPECT_EQ(count_diff(down(lg2), lh, "  logits run to run"), 0);
+    // The ring kernel (MhcLogitsKernel::kRing): the same operations in the same order, so the same bytes.
+    Tensor lr = poisoned({t, 24}, DType::F32);
+    MhcLogitsParams pr = pl;
+    pr.logits = lr;
+    ASSERT_TRUE(cuda::mhc_logits_fused(pr, *scratch_, stream(), cuda::MhcLogitsKernel::kRing));
+    EXPECT_EQ(count_diff(down(lr), lh, "  logits, ring kernel"), 0);
 
     const Tensor logits_g = up(lc);  // the CPU's logits feed both backends below
     Tensor ac = Tensor::empty({t, d}, DType::BF16), hc = Tensor::empty({t, 4}, DType::F32);
@@ -147,6 +156,24 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
     EXPECT_EQ(count_diff(down(state_g), sc, "  mhc_post_res state"), 0);
     EXPECT_EQ(count_diff(down(pg), pc, "  mhc_post_res h_post"), 0);
     EXPECT_EQ(count_diff(down(rg), rc, "  mhc_post_res h_res"), 0);
+    // The other post kernels (MhcPostKernel) on a state with NaNs (payloads, signs) and infinities
+    // planted: the first ring kernel's bytes (not the CPU's: GPU arithmetic returns the canonical NaN).
+    Tensor sn = state.clone();
+    auto* bits = static_cast<uint16_t*>(sn.data());
+    const uint16_t planted[] = {0x7fc1, 0xffa5, 0x7f80, 0xff80, 0x7f81};
+    for (int64_t i = 0; i < t; i += 7) bits[i * vw + (i * 13) % vw] = planted[(i / 7) % 5];
+    const Tensor o_g = up(o);
+    auto post_nan = [&](cuda::MhcPostKernel k) {
+      const Tensor sk = up(sn);
+      EXPECT_TRUE(cuda::mhc_post_res_fused({.state = sk, .o = o_g, .logits = logits_g, .w = &wg, .c = c}, stream(), k));
+      return down(sk);
+    };
+    const Tensor ring_nan = post_nan(cuda::MhcPostKernel::kRing);
+    EXPECT_EQ(count_diff(post_nan(cuda::MhcPostKernel::kLean), ring_nan, "  mhc_post_res, NaN planted, lean vs ring"),
+              0);
+    EXPECT_EQ(count_diff(post_nan(cuda::MhcPostKernel::kLeanDeep), ring_nan,
+                         "  mhc_post_res, NaN planted, lean deep vs ring"),
+              0);
   }
 }
 

@@ -1,0 +1,19 @@
+// cp.async (16-byte global -> shared copies that bypass L1) for the kernels
+// that stream through per-thread rings: the fused mHC kernels. Include only
+// from .cu files.
+#pragma once
+
+namespace magi2::cuda::dev {
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/// Waits until at most kPending of this thread's commit groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+}  // namespace magi2::cuda::dev
