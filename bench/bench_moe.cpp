@@ -4,8 +4,8 @@
 // combine and the total), the same with skewed forced routing (one expert
 // taking 8,192 rows), and one mHC branch boundary pair at D = 3072; the router
 // and mHC both as the reference kernels and as the opt-in fused ones
-// (src/cuda/fused_kernels.h; the fused logits and post + residual also with
-// their other kernels, MhcLogitsKernel and MhcPostKernel); next to a cuBLASLt bf16 8192^3 GEMM and a
+// (src/cuda/fused_kernels.h; the fused post + residual also with its first
+// kernel, MhcPostKernel::kRing); next to a cuBLASLt bf16 8192^3 GEMM and a
 // device-to-device copy of the same run. Not a test: prints a markdown
 // table (docs/perf.md). Usage: bench_moe [tokens ...] (default 29872 115888,
 // the 272p and 540p packings of ../shared/perf-anchor.md).
@@ -258,21 +258,12 @@ int run(int argc, char** argv) {
         row_gbs((tag + "post + residual (one branch)").c_str(), post, 2 * sb + ab, copy_gbs);
         row_gbs((tag + "both branches of a layer").c_str(), 2 * (lg + pre + post), 2 * (4 * sb + 2 * ab), copy_gbs);
       }
-      // The fused logits' ring kernel (fused_kernels.h MhcLogitsKernel; same bytes).
+      // The first fused post + residual kernel (fused_kernels.h MhcPostKernel::kRing; same bytes).
       {
         cuda::FusedPaths variant = fast;
-        variant.mhc_logits = cuda::MhcLogitsKernel::kRing;
-        const double lg = b.median_ms([&] { cuda::mhc_logits(lp, b.s, &variant); });
-        row_gbs("mHC fused logits, ring kernel (kRing) (one branch)", lg, sb, copy_gbs);
-      }
-      // The fused post + residual's other kernels (fused_kernels.h MhcPostKernel; same bytes).
-      for (const auto& [kernel, name] : {std::pair{cuda::MhcPostKernel::kLeanDeep, "lean, 5 slots (kLeanDeep)"},
-                                         std::pair{cuda::MhcPostKernel::kRing, "first ring (kRing)"}}) {
-        cuda::FusedPaths variant = fast;
-        variant.mhc_post = kernel;
+        variant.mhc_post = cuda::MhcPostKernel::kRing;
         const double post = b.median_ms([&] { cuda::mhc_post_res(qp, b.s, &variant); });
-        row_gbs((std::string("mHC fused post + residual, ") + name + " (one branch)").c_str(), post, 2 * sb + ab,
-                copy_gbs);
+        row_gbs("mHC fused post + residual, first ring (kRing) (one branch)", post, 2 * sb + ab, copy_gbs);
       }
     }
   }

@@ -1,5 +1,6 @@
 // cp.async (16-byte global -> shared copies that bypass L1) for the kernels
-// that stream through per-thread rings: the fused mHC kernels. Include only
+// that stream through per-thread rings (the fused mHC kernels) or gather rows
+// (the fused routed experts). Include only
 // from .cu files.
 #pragma once
 
@@ -8,6 +9,11 @@ namespace magi2::cuda::dev {
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+/// The same copy reading only `src_bytes` (0 or 16) of gmem and zero-filling the rest.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /// Waits until at most kPending of this thread's commit groups are still in flight.

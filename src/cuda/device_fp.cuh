@@ -20,6 +20,15 @@ __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
 }
 
 __device__ __forceinline__ float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+/// bf16x2 = (bf16(hi) << 16) | bf16(lo), round to nearest even in one
+/// instruction (`cvt.rn.bf16x2.f32`): the same bits as f32_to_bf16 for every
+/// non-NaN value (subnormals included: no .ftz); a NaN becomes the canonical
+/// one, so callers that must keep NaN payloads take f32_to_bf16 there.
+__device__ __forceinline__ uint32_t bf16x2_rn(float hi, float lo) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
 
 /// An activation element widened to fp32 (f32 as is, bf16 bits exactly).
 __device__ __forceinline__ float load_f32(const float* p) { return *p; }

@@ -69,19 +69,11 @@ enum class RouteSelect {
   kWarp,            ///< a warp per row over all its experts (the first fused router; bench and test)
 };
 
-/// Which kernel the fused mHC logits run; both give the same bytes (the same
-/// fp32 operations in the same order per logit; mhc_fused.cu, mhc_logits_wide.cu).
-enum class MhcLogitsKernel {
-  kWide,  ///< 128 tokens and 24 warps a block, a warp per (chunk class, n-tile) (default)
-  kRing,  ///< 64 tokens and 8 warps a block, each thread's rows through its own cp.async ring (bench and test)
-};
-
 /// Which kernel the fused mHC post + residual runs; all give the same bytes
 /// (the same fp32 operations in the same order per output; mhc_fused.cu).
 enum class MhcPostKernel {
-  kLean,      ///< the ring kernel with fewer instructions a step (paired bf16 roundings), 3 slots (default)
-  kLeanDeep,  ///< the same with 5 slots and two blocks an SM (bench and test)
-  kRing,      ///< the first ring kernel, f32_to_bf16 per value (bench and test)
+  kLean,  ///< the ring kernel with fewer instructions a step (paired bf16 roundings), 3 slots (default)
+  kRing,  ///< the first ring kernel, f32_to_bf16 per value (the NaN test's oracle; bench)
 };
 
 /// The fast paths chosen for a backend: which families and the shared scratch.
@@ -90,14 +82,12 @@ struct FusedPaths {
   bool router = false;  ///< MAGI2_ROUTER_KERNEL=fused
   SplitScratch* scratch = nullptr;
   RouteSelect router_select = RouteSelect::kFiltered;  ///< with router: which selection
-  MhcLogitsKernel mhc_logits = MhcLogitsKernel::kWide;  ///< with mhc: which logits kernel
   MhcPostKernel mhc_post = MhcPostKernel::kLean;        ///< with mhc: which post + residual kernel
 };
 
 /// mHC logits of checked params (mhc_fused.cu): false when the width is not
 /// a multiple of 32 or the state rows are not 16-byte aligned.
-bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s,
-                      MhcLogitsKernel kernel = MhcLogitsKernel::kWide);
+bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s);
 /// mHC branch input of checked params, bit-equal to the reference (mhc_fused.cu):
 /// false unless D is a multiple of 8 and the rows are 16-byte aligned.
 bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s);

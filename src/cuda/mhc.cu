@@ -168,7 +168,7 @@ void mhc_logits(const MhcLogitsParams& p, cudaStream_t s, const FusedPaths* fast
                   p.phi.is_contiguous(),
               "mhc phi: expected contiguous [", vw, ", 24] f32 on the device, got ", shape_str(p.phi.shape()));
   if (t == 0) return;
-  if (fast != nullptr && fast->mhc && mhc_logits_fused(p, *fast->scratch, s, fast->mhc_logits)) return;
+  if (fast != nullptr && fast->mhc && mhc_logits_fused(p, *fast->scratch, s)) return;
   mhc_logits_kernel<<<grid_of((t + kLogitTokens - 1) / kLogitTokens, "mhc_logits"), kLogitTokens * 16, 0, s>>>(
       static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), w, static_cast<const float*>(p.phi.data()),
       static_cast<float*>(p.logits.data()), p.logits.row_stride(), vw, cu_of(p.groups), p.groups.count, p.eps, t);

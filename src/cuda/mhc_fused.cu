@@ -12,7 +12,6 @@
 #include "cuda/device_fp.cuh"
 #include "cuda/fused_kernels.h"
 #include "cuda/mhc_coef.cuh"
-#include "cuda/mhc_logits_wide.h"
 #include "cuda/mma_split.cuh"
 
 namespace magi2::cuda {
@@ -302,6 +301,56 @@ constexpr int kPostBlocks = 3;
 constexpr int kPostLoads = kStreams + 1;  // the 4 streams and o
 constexpr size_t kPostShared = static_cast<size_t>(kPostStages) * kPostLoads * kVecWarps * 32 * sizeof(uint4);
 
+// The new state of one 16-byte column step before rounding: per stream i and
+// element e, one fp32 accumulation of the 4-term mix sum_j m[i][j] old[j] and
+// then the post term hp[i] o (the CPU's order; one rounding follows).
+__device__ __forceinline__ void post_mix(const uint4 (&x)[kStreams], const uint4& ov, const float (&hp)[kStreams],
+                                         const float (&m)[kStreams][kStreams], float (&acc)[kStreams][8]) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    float old[kStreams];
+#pragma unroll
+    for (int jj = 0; jj < kStreams; ++jj) old[jj] = bf16_at(x[jj], e);
+    const float oc = bf16_at(ov, e);
+#pragma unroll
+    for (int i = 0; i < kStreams; ++i) {
+      float a = 0.f;
+#pragma unroll
+      for (int jj = 0; jj < kStreams; ++jj) a += m[i][jj] * old[jj];
+      a += hp[i] * oc;
+      acc[i][e] = a;
+    }
+  }
+}
+
+// H_post and H_res of the block's tokens (thread i < kPostTokens takes token
+// r0 + i; mhc_post_coefs with the shared-memory exp table) into coef, and into
+// h_post / h_res when given. Both post kernels; the caller synchronises before
+// (the exp table) and after (coef).
+__device__ __forceinline__ void post_coefs_to_shared(float (*coef)[kCoef + 1], const float* __restrict__ logits,
+                                                     int64_t ldl, const float* __restrict__ alpha_post,
+                                                     const float* __restrict__ alpha_res,
+                                                     const float* __restrict__ b_post,
+                                                     const float* __restrict__ b_res, float c, int iters,
+                                                     float sk_eps, float* __restrict__ h_post, int64_t ldhp,
+                                                     float* __restrict__ h_res, int64_t ldhr, int64_t r0, int64_t t,
+                                                     const uint64_t* exp_table) {
+  if (threadIdx.x >= kPostTokens || r0 + threadIdx.x >= t) return;
+  const int64_t r = r0 + threadIdx.x;
+  float hp[kStreams], mm[kStreams][kStreams];
+  mhc_post_coefs(logits + r * ldl, alpha_post[0] * c, alpha_res[0] * c, b_post, b_res, iters, sk_eps,
+                 [exp_table](float x) { return exp_f32(x, exp_table); }, hp, mm);
+  float* cf = coef[threadIdx.x];
+  for (int i = 0; i < kStreams; ++i) {
+    cf[i] = hp[i];
+    if (h_post != nullptr) h_post[r * ldhp + i] = hp[i];
+    for (int j = 0; j < kStreams; ++j) {
+      cf[kStreams + 4 * i + j] = mm[i][j];
+      if (h_res != nullptr) h_res[r * ldhr + 4 * i + j] = mm[i][j];
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kVecWarps * 32, kPostBlocks)
     mhc_post_res_vec_kernel(uint16_t* state, int64_t lds, const uint16_t* __restrict__ o, int64_t ldo,
                             const float* __restrict__ logits, int64_t ldl, const float* __restrict__ alpha_post,
@@ -337,21 +386,8 @@ __global__ void __launch_bounds__(kVecWarps * 32, kPostBlocks)
 #pragma unroll 1
   for (int k = 0; k < kPostStages - 1; ++k) issue(k);
   __syncthreads();  // the exp table
-  if (threadIdx.x < kPostTokens && r0 + threadIdx.x < t) {
-    const int64_t r = r0 + threadIdx.x;
-    float hp[kStreams], mm[kStreams][kStreams];
-    mhc_post_coefs(logits + r * ldl, alpha_post[0] * c, alpha_res[0] * c, b_post, b_res, iters, sk_eps,
-                   [](float x) { return exp_f32(x, exp_table); }, hp, mm);
-    float* cf = coef[threadIdx.x];
-    for (int i = 0; i < kStreams; ++i) {
-      cf[i] = hp[i];
-      if (h_post != nullptr) h_post[r * ldhp + i] = hp[i];
-      for (int j = 0; j < kStreams; ++j) {
-        cf[kStreams + 4 * i + j] = mm[i][j];
-        if (h_res != nullptr) h_res[r * ldhr + 4 * i + j] = mm[i][j];
-      }
-    }
-  }
+  post_coefs_to_shared(coef, logits, ldl, alpha_post, alpha_res, b_post, b_res, c, iters, sk_eps, h_post, ldhp, h_res,
+                       ldhr, r0, t, exp_table);
   __syncthreads();
   float hp[kStreams], m[kStreams][kStreams];
 #pragma unroll 1
@@ -375,23 +411,13 @@ __global__ void __launch_bounds__(kVecWarps * 32, kPostBlocks)
 #pragma unroll
     for (int l = 0; l < kStreams; ++l) x[l] = slot[l * kVecWarps * 32];
     const uint4 ov = slot[kStreams * kVecWarps * 32];
+    float acc[kStreams][8];
+    post_mix(x, ov, hp, m, acc);
     uint16_t out[kStreams][8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      float old[kStreams];
+    for (int i = 0; i < kStreams; ++i)
 #pragma unroll
-      for (int jj = 0; jj < kStreams; ++jj) old[jj] = bf16_at(x[jj], e);
-      const float oc = bf16_at(ov, e);
-      // One fp32 accumulation of the 4-term mix plus the post term, one rounding (as the CPU).
-#pragma unroll
-      for (int i = 0; i < kStreams; ++i) {
-        float acc = 0.f;
-#pragma unroll
-        for (int jj = 0; jj < kStreams; ++jj) acc += m[i][jj] * old[jj];
-        acc += hp[i] * oc;
-        out[i][e] = f32_to_bf16(acc);
-      }
-    }
+      for (int e = 0; e < 8; ++e) out[i][e] = f32_to_bf16(acc[i][e]);
     uint16_t* s = state + r * lds;
 #pragma unroll
     for (int i = 0; i < kStreams; ++i) *reinterpret_cast<uint4*>(s + i * d + col) = pack8(out[i]);
@@ -416,12 +442,6 @@ __global__ void __launch_bounds__(kVecWarps * 32, kPostBlocks)
 //   before this kernel ends, so it should not displace the state still to be read).
 // kStages and kBlocks size the ring: kStages - 1 steps (80 bytes a thread
 // each) ahead, kStages x 20 KB of shared memory a block.
-
-__device__ __forceinline__ uint32_t bf16x2_rn(float hi, float lo) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
 
 __device__ __forceinline__ void st_global_cs(void* p, const uint4& v) {
   asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
@@ -475,21 +495,8 @@ __global__ void __launch_bounds__(kVecWarps * 32, kBlocks)
 #pragma unroll 1
   for (int k = 0; k < kStages - 1; ++k) issue();
   __syncthreads();  // the exp table
-  if (threadIdx.x < kPostTokens && r0 + threadIdx.x < t) {
-    const int64_t r = r0 + threadIdx.x;
-    float hp[kStreams], mm[kStreams][kStreams];
-    mhc_post_coefs(logits + r * ldl, alpha_post[0] * c, alpha_res[0] * c, b_post, b_res, iters, sk_eps,
-                   [](float x) { return exp_f32(x, exp_table); }, hp, mm);
-    float* cf = coef[threadIdx.x];
-    for (int i = 0; i < kStreams; ++i) {
-      cf[i] = hp[i];
-      if (h_post != nullptr) h_post[r * ldhp + i] = hp[i];
-      for (int j = 0; j < kStreams; ++j) {
-        cf[kStreams + 4 * i + j] = mm[i][j];
-        if (h_res != nullptr) h_res[r * ldhr + 4 * i + j] = mm[i][j];
-      }
-    }
-  }
+  post_coefs_to_shared(coef, logits, ldl, alpha_post, alpha_res, b_post, b_res, c, iters, sk_eps, h_post, ldhp, h_res,
+                       ldhr, r0, t, exp_table);
   __syncthreads();
   int k = 0;  // ring slot of the current step
 #pragma unroll 1
@@ -516,22 +523,7 @@ __global__ void __launch_bounds__(kVecWarps * 32, kBlocks)
       for (int l = 0; l < kStreams; ++l) x[l] = slot[l * kThreads];
       const uint4 ov = slot[kStreams * kThreads];
       float acc[kStreams][8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float old[kStreams];
-#pragma unroll
-        for (int jj = 0; jj < kStreams; ++jj) old[jj] = bf16_at(x[jj], e);
-        const float oc = bf16_at(ov, e);
-        // One fp32 accumulation of the 4-term mix plus the post term, one rounding (as the CPU).
-#pragma unroll
-        for (int i = 0; i < kStreams; ++i) {
-          float a = 0.f;
-#pragma unroll
-          for (int jj = 0; jj < kStreams; ++jj) a += m[i][jj] * old[jj];
-          a += hp[i] * oc;
-          acc[i][e] = a;
-        }
-      }
+      post_mix(x, ov, hp, m, acc);
       // NaN if any sum is (or two infinities cancel: then the exact path runs needlessly, same bytes).
       float total[kStreams];
 #pragma unroll
@@ -591,7 +583,7 @@ bool rows_aligned(const Tensor& x) { return aligned16(x.data()) && x.row_stride(
 
 }  // namespace
 
-bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s, MhcLogitsKernel kernel) {
+bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s) {
   const int64_t t = p.state.size(0), vw = p.state.size(1);
   if (vw % kChunkK != 0 || !rows_aligned(p.state)) return false;
   if (t == 0) return true;
@@ -604,17 +596,13 @@ bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStrea
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits phi split");
   const auto* x = static_cast<const uint16_t*>(p.state.data());
   auto* out = static_cast<float*>(p.logits.data());
-  if (kernel == MhcLogitsKernel::kWide) {
-    launch_mhc_logits_wide(x, p.state.row_stride(), split, out, p.logits.row_stride(), vw, cu_of(p.groups), groups,
-                           p.eps, t, s);
-  } else {
-    // 3 slots (96 KB), two blocks an SM: 2 x 4 KB ahead per warp, 128 KB an SM.
-    // Measured on the H200 (docs/perf.md, 2026-12-04 third session): 0.40 ms at
-    // 272p against 0.58 ms for 16-byte loads straight into registers and 0.42 ms
-    // for 6 slots and one block an SM (both removed).
-    launch_logits_ring<3, 2>(blocks(t, kLgTokens, "mhc_logits (fused)"), s, x, p.state.row_stride(), split, out,
-                             p.logits.row_stride(), vw, cu_of(p.groups), groups, p.eps, t);
-  }
+  // 3 slots (96 KB), two blocks an SM: 2 x 4 KB ahead per warp, 128 KB an SM.
+  // Measured on the H200 (docs/perf.md, 2026-12-04 third and fourth sessions):
+  // 0.40 ms at 272p against 0.58 ms for 16-byte loads straight into registers,
+  // 0.42 ms for 6 slots and one block an SM, and 0.48 ms for 128-token blocks
+  // of 24 warps sharing each weight unit (all three removed).
+  launch_logits_ring<3, 2>(blocks(t, kLgTokens, "mhc_logits (fused)"), s, x, p.state.row_stride(), split, out,
+                           p.logits.row_stride(), vw, cu_of(p.groups), groups, p.eps, t);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits (fused)");
   return true;
 }
@@ -652,11 +640,6 @@ bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s, MhcPostKernel
   switch (kernel) {
     case MhcPostKernel::kLean:
       launch_post_lean<3, 3>(grid, s, state, p.state.row_stride(), o, p.o.row_stride(), logits, p.logits.row_stride(),
-                             alpha_post, alpha_res, b_post, b_res, p.c, p.sinkhorn_iters, p.sinkhorn_eps, h_post, ldhp,
-                             h_res, ldhr, d, t);
-      break;
-    case MhcPostKernel::kLeanDeep:
-      launch_post_lean<5, 2>(grid, s, state, p.state.row_stride(), o, p.o.row_stride(), logits, p.logits.row_stride(),
                              alpha_post, alpha_res, b_post, b_res, p.c, p.sinkhorn_iters, p.sinkhorn_eps, h_post, ldhp,
                              h_res, ldhr, d, t);
       break;

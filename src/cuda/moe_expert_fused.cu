@@ -10,8 +10,9 @@
 // expert's weights by TMA in chunks of 32 intermediate columns (the gate and up
 // columns of a chunk side by side as one [256, 64] B operand, and the chunk's
 // [32, 256] rows of W_down) through two mbarrier rings. Warpgroups 1 and 2 each
-// own 64 of the tile's rows: they gather those rows into shared memory
-// (cp.async, zeros past the expert's end), then per chunk j:
+// own 64 of the tile's rows: each gathers its rows into shared memory
+// (cp.async, zeros past the expert's end; it waits for its own rows only),
+// then per chunk j:
 //   issue GU(j) = x [64, 256] . W13 chunk -> [64, 64] fp32 (gate | up);
 //   issue Y += Z(j - 1) . W_down chunk j - 1 (A from registers);
 //   wait for GU(j) only, then SwiGLU7 into Z(j) while W2(j - 1) runs.
@@ -39,6 +40,7 @@
 
 #include "core/error.h"
 #include "cuda/block_scan.cuh"
+#include "cuda/cp_async.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/moe_expert_fused.h"
@@ -96,22 +98,13 @@ constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + the base's alignment to
 using Barrier = cutlass::arch::ClusterBarrier;
 using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
-}
-
-// bf16x2 = (bf16(hi) << 16) | bf16(lo), round to nearest even in one
-// instruction. The same bits as dev::f32_to_bf16 for every non-NaN value
-// (subnormals included: no .ftz); a NaN becomes the canonical one, which is
-// what CUTLASS's converter in the epilogue path gives for the output, and a
-// NaN in G, U or Z leaves only NaN in Y either way. Per element the SwiGLU7
-// chunk is the kernel's main non-tensor work, so its instruction count matters.
-__device__ __forceinline__ uint32_t bf16x2_rn(float hi, float lo) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
+// The bf16 roundings use dev::bf16x2_rn (one instruction a pair): a NaN
+// becomes the canonical one, which is what CUTLASS's converter in the epilogue
+// path gives for the output, and a NaN in G, U or Z leaves only NaN in Y either
+// way. Per element the SwiGLU7 chunk is the kernel's main non-tensor work, so
+// its instruction count matters.
+using dev::bf16x2_rn;
+using dev::cp_async16;
 __device__ __forceinline__ float bf16_lo(uint32_t p) { return __uint_as_float(p << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t p) { return __uint_as_float(p & 0xffff0000u); }
 
@@ -119,6 +112,24 @@ __device__ __forceinline__ float bf16_hi(uint32_t p) { return __uint_as_float(p 
 __global__ void expert_tile_scan(const int32_t* __restrict__ offsets, int nf, int32_t* __restrict__ tile_start) {
   dev::block_exclusive_scan<kScanThreads>(
       nf, [offsets](int i) { return (offsets[i + 1] - offsets[i] + kBM - 1) / kBM; }, tile_start);
+}
+
+// Tile `tile` (< tile_start[nf]): its expert f (the last f with tile_start[f]
+// <= tile, one with rows), its first routed row and its row count (<= kBM).
+struct Tile {
+  int f;
+  int64_t row0;
+  int rows;
+};
+__device__ __forceinline__ Tile tile_of(int tile, const int32_t* __restrict__ tile_start,
+                                        const int32_t* __restrict__ offsets, int nf) {
+  int lo = 0, hi = nf - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (tile_start[mid] <= tile) lo = mid; else hi = mid - 1;
+  }
+  const int64_t row0 = offsets[lo] + static_cast<int64_t>(tile - tile_start[lo]) * kBM;
+  return {lo, row0, static_cast<int>(min(static_cast<int64_t>(kBM), offsets[lo + 1] - row0))};
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -130,15 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using namespace cute;
   const int tile = static_cast<int>(blockIdx.x);
   if (tile >= tile_start[nf]) return;
-  // The expert of this tile: the last f with tile_start[f] <= tile (it has rows).
-  int lo = 0, hi = nf - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (tile_start[mid] <= tile) lo = mid; else hi = mid - 1;
-  }
-  const int f = lo;
-  const int64_t row0 = offsets[f] + static_cast<int64_t>(tile - tile_start[f]) * kBM;
-  const int rows = static_cast<int>(min(static_cast<int64_t>(kBM), offsets[f + 1] - row0));
+  const Tile t = tile_of(tile, tile_start, offsets, nf);
   const int chunks = de / kBC;
 
   extern __shared__ unsigned char smem_raw[];
@@ -164,8 +167,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid < 128) {  // producer warpgroup: one thread issues every weight load
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (tid != 0) return;
-    const int k0 = f * kDH, r0 = f * de;
     constexpr uint64_t kCacheHint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
+    const int k0 = t.f * kDH, r0 = t.f * de;
     for (int j = 0; j < chunks; ++j) {
       const int s13 = j % kStages13, s2 = j % kStages2;
       Barrier::wait(&sm.empty13[s13], ((j / kStages13) & 1) ^ 1);
@@ -182,22 +185,32 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   cutlass::arch::warpgroup_reg_alloc<240>();
   const int ct = tid - 128;  // consumer thread 0..255: warpgroup ct / 128 owns rows 64 (ct / 128) ..
+  const int wg = ct / 128, wt = ct % 128;
   auto sX = make_tensor(make_smem_ptr(&sm.x[0]), LayoutX{});
-  {  // the tile's routed rows (16 bytes a copy; rows past the expert's end are zeros)
+  // This warpgroup's 64 rows of the tile into x (16 bytes a copy; rows past the
+  // expert's end are zeros), one commit group; gathered() waits for it. Each
+  // warpgroup waits only for its own rows: the other one may still be loading.
+  auto gather = [&] {
     constexpr int kChunksX = kDH / 8;
-    for (int c = ct; c < kBM * kChunksX; c += kConsumerThreads) {
-      const int row = c / kChunksX, kc = c % kChunksX;
+    for (int c = wt; c < 64 * kChunksX; c += 128) {
+      const int row = wg * 64 + c / kChunksX, kc = c % kChunksX;
       const uint16_t* g = r;
-      if (row < rows) {
-        const int64_t sr = src[row0 + row];
+      if (row < t.rows) {
+        const int64_t sr = src[t.row0 + row];
         g = r + (sr / mh) * ldr + (sr % mh) * kDH + kc * 8;
       }
-      cp_async16(&sX(row, kc * 8), g, row < rows ? 16 : 0);
+      cp_async16(&sX(row, kc * 8), g, row < t.rows ? 16 : 0);
     }
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+    dev::cp_async_commit();
+  };
+  auto gathered = [&] {
+    dev::cp_async_wait<0>();
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async wrote through the generic proxy
-    cutlass::arch::NamedBarrier::sync(kConsumerThreads, 1);
-  }
+    cutlass::arch::NamedBarrier::sync(128, 2 + wg);                  // the warpgroup's wgmma reads every row
+  };
+  // A warpgroup whose 64 rows are all past the expert's end computes nothing.
+  const bool idle = wg * 64 >= t.rows;
+  if (!idle) gather();  // in flight while the fragments are set up
 
   MmaGU mma_gu;
   MmaW2 mma_w2;
@@ -217,27 +230,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto w2_stage = [&](int s) { return make_tensor(make_smem_ptr(&sm.w2[s][0]), LayoutW2{}); };
   const bool signal = (ct & 31) == 0;  // one arrival per consumer warp on the empty barriers
 
-  // A warpgroup whose 64 rows are all past the expert's end only keeps the
-  // empty barriers' counts (after each stage has landed, so never a phase ahead).
-  const int wg = ct / 128;
-  if (wg * 64 >= rows) {
-    for (int j = 0; j < chunks; ++j) {
-      Barrier::wait(&sm.full13[j % kStages13], (j / kStages13) & 1);
-      if (signal) Barrier::arrive(&sm.empty13[j % kStages13]);
-      Barrier::wait(&sm.full2[j % kStages2], (j / kStages2) & 1);
-      if (signal) Barrier::arrive(&sm.empty2[j % kStages2]);
-    }
-    return;
-  }
-  auto issue_gu = [&](int j) {
+  auto issue_gu = [&](int j, auto& acc) {
     const int s = j % kStages13;
     auto tB = thr_gu.make_fragment_B(thr_gu.partition_B(w13_stage(s)));
-    warpgroup_fence_operand(acc_gu);
+    warpgroup_fence_operand(acc);
     warpgroup_arrive();
     mma_gu.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
     for (int kb = 0; kb < size<2>(tXrX); ++kb) {
-      gemm(mma_gu, tXrX(_, _, kb), tB(_, _, kb), acc_gu);
+      gemm(mma_gu, tXrX(_, _, kb), tB(_, _, kb), acc);
       mma_gu.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
@@ -256,38 +257,59 @@ __global__ void __launch_bounds__(kThreads, 1)
     warpgroup_commit_batch();
   };
   // Z of a finished GU: the gate in accumulator values 0..15, the up values in 16..31 (see the top).
-  auto swiglu7_into = [&](auto& z) {
-    warpgroup_fence_operand(acc_gu);
+  auto swiglu7_into = [&](auto& acc, auto& z) {
+    warpgroup_fence_operand(acc);
     auto zw = cute::recast<uint32_t>(z);  // no repacking: the bf16x2 of cvt.rn is the register
     auto sig = [](float x) { return dev::sigmoid_fast_f32(x); };
     CUTE_UNROLL
     for (int i = 0; i < 16; i += 2) {
-      const uint32_t g = bf16x2_rn(acc_gu(i + 1), acc_gu(i)), u = bf16x2_rn(acc_gu(i + 17), acc_gu(i + 16));
+      const uint32_t g = bf16x2_rn(acc(i + 1), acc(i)), u = bf16x2_rn(acc(i + 17), acc(i + 16));
       const uint32_t zz = bf16x2_rn(swiglu7_f32(bf16_hi(g), bf16_hi(u), sig), swiglu7_f32(bf16_lo(g), bf16_lo(u), sig));
       zw(i / 2) = zz;  // values i and i + 1 share one register, i in the low half
     }
     warpgroup_fence_operand(z);
   };
+  auto wait_full13 = [&](int j) { Barrier::wait(&sm.full13[j % kStages13], (j / kStages13) & 1); };
+  auto wait_full2 = [&](int j) { Barrier::wait(&sm.full2[j % kStages2], (j / kStages2) & 1); };
+  auto release13 = [&](int j) {
+    if (signal) Barrier::arrive(&sm.empty13[j % kStages13]);
+  };
+  auto release2 = [&](int j) {
+    if (signal) Barrier::arrive(&sm.empty2[j % kStages2]);
+  };
   // One chunk: GU(j), then W2(j - 1) from the other Z, then SwiGLU7(j) while W2(j - 1) runs.
   auto step = [&](int j, auto& z_now, auto& z_prev) {
-    Barrier::wait(&sm.full13[j % kStages13], (j / kStages13) & 1);
-    if (j > 0) Barrier::wait(&sm.full2[(j - 1) % kStages2], ((j - 1) / kStages2) & 1);
-    issue_gu(j);
+    wait_full13(j);
+    if (j > 0) wait_full2(j - 1);
+    issue_gu(j, acc_gu);
     if (j > 0) issue_w2(j - 1, z_prev);
     if (j > 0) {
       warpgroup_wait<1>();
     } else {
       warpgroup_wait<0>();
     }
-    if (signal) Barrier::arrive(&sm.empty13[j % kStages13]);
-    if (j >= 2 && signal) Barrier::arrive(&sm.empty2[(j - 2) % kStages2]);  // W2(j - 2) finished before W2(j - 1)
-    swiglu7_into(z_now);
+    release13(j);
+    if (j >= 2) release2(j - 2);  // W2(j - 2) finished before W2(j - 1)
+    swiglu7_into(acc_gu, z_now);
   };
+
+  if (idle) {
+    // It only keeps the empty barriers' counts (after each stage has landed,
+    // so never a phase ahead).
+    for (int j = 0; j < chunks; ++j) {
+      wait_full13(j);
+      release13(j);
+      wait_full2(j);
+      release2(j);
+    }
+    return;
+  }
+  gathered();
   for (int j = 0; j < chunks; j += 2) {  // chunks is even (d_expert % 64 == 0)
     step(j, z0, z1);
     step(j + 1, z1, z0);
   }
-  Barrier::wait(&sm.full2[(chunks - 1) % kStages2], ((chunks - 1) / kStages2) & 1);
+  wait_full2(chunks - 1);
   issue_w2(chunks - 1, z1);
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc_y);
@@ -297,9 +319,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   CUTE_UNROLL
   for (int i = 0; i < size(acc_y); i += 2) {
     const int m = get<0>(coord(i)), n = get<1>(coord(i));
-    if (m < rows) {
-      const float w = wrow[row0 + m];
-      *reinterpret_cast<uint32_t*>(y + (row0 + m) * kDH + n) = bf16x2_rn(acc_y(i + 1) * w, acc_y(i) * w);
+    if (m < t.rows) {
+      const float w = wrow[t.row0 + m];
+      *reinterpret_cast<uint32_t*>(y + (t.row0 + m) * kDH + n) = bf16x2_rn(acc_y(i + 1) * w, acc_y(i) * w);
     }
   }
 }
@@ -360,6 +382,8 @@ void moe_expert_fused(const ExpertFusedArgs& a, cudaStream_t s) {
   expert_tile_scan<<<1, kScanThreads, 0, s>>>(a.offsets, a.nf, a.tile_start);
   MAGI2_CUDA_CHECK_LAUNCH("moe_expert_fused tile scan");
   // Tiles <= sum over experts of (rows / 128 + 1): the grid's upper bound, no host sync.
+  // (A persistent grid of one CTA per SM looping over the tiles measured slower
+  // on the H200: 10.1 against 8.9 ms at 272p, docs/perf.md.)
   const int64_t grid = (a.max_rows + kBM - 1) / kBM + a.nf;
   MAGI2_CHECK(grid < (int64_t{1} << 31), "moe_expert_fused: too many rows for one launch (", a.max_rows, ")");
   expert_fused_kernel<<<static_cast<unsigned>(grid), kThreads, kSmemBytes, s>>>(

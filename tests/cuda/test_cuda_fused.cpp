@@ -3,11 +3,10 @@
 // reference backend on random inputs at DiT-like shapes. Stated bounds:
 // - mHC logits (bf16 tensor cores, three-term split of (1 + w) * phi): max
 //   |GPU - CPU| <= 1e-4 x max |CPU| (fp32 rounding noise is ~1e-7 of it; a
-//   lost split term or a misplaced fragment is >= 1e-3); its two kernels
-//   (MhcLogitsKernel) bit for bit with each other;
-// - mHC pre and post + residual: bit for bit (same fp32 operations), every
-//   post kernel (MhcPostKernel) also bit for bit with the others on a state
-//   with NaNs and infinities planted;
+//   lost split term or a misplaced fragment is >= 1e-3);
+// - mHC pre and post + residual: bit for bit (same fp32 operations), the
+//   default post kernel (MhcPostKernel::kLean) also bit for bit with the first
+//   one (kRing) on a state with NaNs and infinities planted;
 // - router: the same experts on every (head, token) whose CPU selection margin
 //   exceeds 0.01 and weights within 3e-5 relative; bit for bit where the
 //   logits are exact (zero gate rows) and for forced routing's indices; and
@@ -130,12 +129,6 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
     pl2.logits = lg2;
     cuda::mhc_logits(pl2, stream(), &fast);
     EXPECT_EQ(count_diff(down(lg2), lh, "  logits run to run"), 0);
-    // The ring kernel (MhcLogitsKernel::kRing): the same operations in the same order, so the same bytes.
-    Tensor lr = poisoned({t, 24}, DType::F32);
-    MhcLogitsParams pr = pl;
-    pr.logits = lr;
-    ASSERT_TRUE(cuda::mhc_logits_fused(pr, *scratch_, stream(), cuda::MhcLogitsKernel::kRing));
-    EXPECT_EQ(count_diff(down(lr), lh, "  logits, ring kernel"), 0);
 
     const Tensor logits_g = up(lc);  // the CPU's logits feed both backends below
     Tensor ac = Tensor::empty({t, d}, DType::BF16), hc = Tensor::empty({t, 4}, DType::F32);
@@ -170,9 +163,6 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
     };
     const Tensor ring_nan = post_nan(cuda::MhcPostKernel::kRing);
     EXPECT_EQ(count_diff(post_nan(cuda::MhcPostKernel::kLean), ring_nan, "  mhc_post_res, NaN planted, lean vs ring"),
-              0);
-    EXPECT_EQ(count_diff(post_nan(cuda::MhcPostKernel::kLeanDeep), ring_nan,
-                         "  mhc_post_res, NaN planted, lean deep vs ring"),
               0);
   }
 }
