@@ -171,8 +171,6 @@ int run(int argc, char** argv) {
   const cuda::FusedPaths fast{.mhc = true, .router = true, .scratch = &scratch};
   const cuda::FusedPaths fast_warp{
       .mhc = true, .router = true, .scratch = &scratch, .router_select = cuda::RouteSelect::kWarp};
-  const cuda::FusedPaths fast_shared{
-      .mhc = true, .router = true, .scratch = &scratch, .router_select = cuda::RouteSelect::kFilteredShared};
 
   for (const int64_t t : tokens) {
     std::printf("\n### %lld tokens (%d heads x %d experts, top-%d, d_head %lld, d_expert %lld)\n\n",
@@ -192,9 +190,6 @@ int run(int argc, char** argv) {
     // The first fused router's selection (a warp per row over all experts): the same bytes, timed beside.
     row("router, fused, warp selection (RouteSelect::kWarp)",
         b.median_ms([&] { cuda::moe_route(rp, b.s, &fast_warp); }), 2.0 * t * nf * kDh, ceiling);
-    // The previous filtered kernel (the filter over the logits in shared memory), timed beside the default.
-    row("router, fused, shared-memory filter (RouteSelect::kFilteredShared)",
-        b.median_ms([&] { cuda::moe_route(rp, b.s, &fast_shared); }), 2.0 * t * nf * kDh, ceiling);
     const MoeExpertsParams ep{.r = r, .w_gate = w_gate, .w_up = w_up, .w_down = w_down, .idx = idx, .weight = wt,
                               .out = out, .num_heads = kHeads, .num_experts = kExperts, .top_k = kTopK};
     const double rows = static_cast<double>(t) * kHeads * kTopK;

@@ -59,14 +59,13 @@ class SplitScratch {
 /// (MoeExpertsRunner::W13Kernel, mhc_moe.h). fused_paths.cpp.
 bool fused_selected(const char* env_name, bool fused_default = true);
 
-/// The fused router's selection after its tensor-core logits; all give the
+/// The fused router's selection after its tensor-core logits; both give the
 /// same bytes for the same logits (route_fused.cu).
 enum class RouteSelect {
-  kFiltered,        ///< a fast-sigmoid bound filters each row to a few candidates, ranked exactly, the
-                    ///< bound on the logits in registers (default; 64, 128, 192 or 256 experts per head,
-                    ///< else kFilteredShared)
-  kFilteredShared,  ///< the same filter over the logits in shared memory (the previous kernel; bench and test)
-  kWarp,            ///< a warp per row over all its experts (the first fused router; bench and test)
+  kFiltered,  ///< a fast-sigmoid bound filters each row to a few candidates, ranked exactly, the
+              ///< bound on the logits in registers (default; 64, 128, 192 or 256 experts per head,
+              ///< else kWarp)
+  kWarp,      ///< a warp per row over all its experts (the first fused router; bench and test)
 };
 
 /// Which kernel the fused mHC post + residual runs; all give the same bytes

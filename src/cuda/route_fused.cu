@@ -2,7 +2,7 @@
 // head, the fp32 logits [T, E] = r_h [T, dh] (bf16) x gate_h^T on bf16 tensor
 // cores with the gate split in three bf16 terms (mma_split.cuh), then in the
 // same kernel the reference's sigmoid (glibc-exact exp), selection,
-// normalisation and margin (route_select.cuh), by one of three selections with
+// normalisation and margin (route_select.cuh), by one of two selections with
 // the same bytes (RouteSelect, below). The params were checked by
 // moe_route (moe.cu). FLOPs at 272p: 3 x 2 x 29,872 x 3,072 x 256 = 141 G on
 // the tensor cores; reads 183 MB of r.
@@ -75,8 +75,8 @@ __global__ void gate_split_t_kernel(const float* __restrict__ gate, int mh, int 
 
 // The fp32 logits [64 tokens][ne] of block (blockIdx.x, head h) into sc (row
 // stride ld): 8 warps = 2 token groups x 4 expert quarters, each warp 32 tokens
-// x ne / 4 experts over the whole d_head. Both selections call this, so their
-// logits are the same bits.
+// x ne / 4 experts over the whole d_head (kWarp; kFiltered's route_logits_t
+// gives the same bits).
 __device__ __forceinline__ void route_logits_mma(const uint16_t* __restrict__ r, int64_t ldr,
                                                  const uint4* __restrict__ split, int64_t t, int ne, int64_t dh,
                                                  float* sc, int ld) {
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kRtWarps * 32, 2)
   }
 }
 
-// ---- RouteSelect::kFilteredShared and kFiltered ---------------------------------
+// ---- RouteSelect::kFiltered: the filter -----------------------------------------
 //
 // The warp selection spends most of the kernel's instructions on the exact
 // (glibc) sigmoid of all E scores and a sort plus k + 1 butterfly picks per
@@ -184,8 +184,7 @@ __global__ void __launch_bounds__(kRtWarps * 32, 2)
 // Rows with more than kCandCap candidates (massive ties, non-finite biases)
 // take the exact sigmoid in place and route_select, as kWarp. Outputs are the
 // bytes of kWarp for the same logits; only the set ranked exactly differs.
-// kFilteredShared runs A and B over the scores in shared memory (4 threads per
-// row, E / 4 experts each); kFiltered (below) on the accumulators in registers.
+// A and B run on the logits in registers (moe_route_filtered_t_kernel, below).
 //
 // eps: |a - sigmoid_f32| <= 5.3e-7 (__expf: 2 + 1.173 |z| ulp, which the
 // sigmoid's slope s (1 - s) <= 0.25 and s (1 - s) |z| <= 0.23 scale to 9e-8;
@@ -200,7 +199,7 @@ constexpr float kEpsAbs = 4e-6f;
 constexpr float kEpsRel = 0x1p-19f;
 constexpr unsigned kFull = 0xffffffffu;
 
-/// The filtered selections' static shared memory (the scores and the bias are dynamic).
+/// kFiltered's static shared memory (the scores and the bias are dynamic).
 struct FilterShared {
   uint64_t exp_table[32];
   int cnt[kRtTokens];                    // candidates per row (past kCandCap: the row falls back)
@@ -388,70 +387,21 @@ __device__ __forceinline__ void rank_candidates(FilterShared& fs, float* sc, int
   }
 }
 
-// RouteSelect::kFilteredShared. Grid (ceil(T / 64), MH), 256 threads; shared
-// memory as moe_route_mma_kernel. A + B: thread (row, q) = (warp * 8 + lane % 8,
-// lane / 8) over the experts e = 4 i + q (conflict-free with the stride E + 4),
-// groups i % 8.
-__global__ void __launch_bounds__(kRtWarps * 32, 2)
-    moe_route_filtered_kernel(const uint16_t* __restrict__ r, int64_t ldr, const uint4* __restrict__ split,
-                              const float* __restrict__ bias, int32_t* __restrict__ idx_out,
-                              float* __restrict__ w_out, const int32_t* __restrict__ forced,
-                              float* __restrict__ margin, int64_t t, int ne, int k, int64_t dh, float route_scale,
-                              bool normalize) {
-  extern __shared__ float smem[];
-  const int ld = score_ld(ne);
-  float* sc = smem;
-  float* bs = sc + kRtTokens * ld;
-  __shared__ FilterShared fs;
-  filter_prologue(fs, bias, bs, ne);
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRtTokens;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  route_logits_mma(r, ldr, split, t, ne, dh, sc, ld);
-  __syncthreads();
-  {
-    const float eps = filter_eps(fs);
-    const int row = warp * 8 + (lane & 7), q = lane >> 3, nper = ne / 4;
-    const float* x = sc + row * ld;
-    float a[kMaxExperts / 4], gm[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) gm[j] = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kMaxExperts / 4; ++i) {
-      if (i < nper) {
-        const int e = 4 * i + q;
-        a[i] = sigmoid_fast_f32(x[e]) + bs[e];
-        gm[i % 8] = fmaxf(gm[i % 8], a[i]);
-      }
-    }
-    top8_of_row(gm);
-    const float thr = filter_threshold(gm, k + 1, eps);
-    if (n0 + row < t) {
-#pragma unroll
-      for (int i = 0; i < kMaxExperts / 4; ++i) {
-        if (i < nper && !(a[i] < thr)) {
-          const int slot = atomicAdd(&fs.cnt[row], 1);
-          if (slot < kCandCap) fs.cand[row][slot] = static_cast<uint8_t>(4 * i + q);
-        }
-      }
-    }
-  }
-  __syncthreads();
-  rank_candidates(fs, sc, ld, bs, t, ne, k, forced, margin, idx_out, w_out, route_scale, normalize);
-}
-
-// ---- RouteSelect::kFiltered ------------------------------------------------------
+// ---- RouteSelect::kFiltered: the kernel -------------------------------------------
 //
-// kFilteredShared's selection with its instructions cut ~2.5x (that kernel
-// spent ~60% of them on 4 register moves per mma, ~30% on part A's loads,
-// subnormal fix-ups and per-expert branches):
+// The filter above, built to issue few instructions (a kernel that ran A and
+// B over the logits in shared memory, 4 threads per row, spent ~60% of its
+// instructions on 4 register moves per mma and ~30% on part A's loads,
+// subnormal fix-ups and per-expert branches; measured slower on the H200 and
+// removed):
 //  - logits^T = gate_h r_h^T: the gate split (gate_split_t_kernel) is the A
 //    operand, stored in its register order, and r the B operand, whose two
 //    registers per mma step are adjacent words of one 16-byte load, so loads
 //    feed mma.sync directly. Every logit is the same 16 products per mma step
 //    (the same k permutation), the same six steps per chunk on a zeroed
 //    accumulator and the same fp32 adds as route_logits_mma: the same bits.
-//  - E a template argument (64, 128, 192, 256; other widths run
-//    kFilteredShared): no per-tile branches.
+//  - E a template argument (64, 128, 192, 256; other widths run kWarp): no
+//    per-tile branches.
 //  - A on the accumulators: lane (g, c) of warp (tg, eq) holds 8 tokens x
 //    2 E / 64 experts, its experts of a token one of the row's 32 groups
 //    (the warp's quarter eq, g: {E/4 eq + 16 mt + g + 8 j}); the group maxima
@@ -621,8 +571,6 @@ T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data());
 }
 
-using RouteKernel = void (*)(const uint16_t*, int64_t, const uint4*, const float*, int32_t*, float*, const int32_t*,
-                             float*, int64_t, int, int, int64_t, float, bool);
 using RouteKernelT = void (*)(const uint16_t*, int64_t, const uint4*, const float*, int32_t*, float*,
                               const int32_t*, float*, int64_t, int, int64_t, float, bool);
 
@@ -645,10 +593,9 @@ bool moe_route_fused(const MoeRouteParams& p, SplitScratch& scratch, cudaStream_
   const bool aligned = (reinterpret_cast<uintptr_t>(p.r.data()) & 15u) == 0 && p.r.row_stride() % 8 == 0;
   if (dh % kChunkK != 0 || ne % 32 != 0 || ne > kMaxExperts || k > kMaxTopK || !aligned) return false;
   if (t == 0) return true;
-  // The selection: kFiltered falls back to kFilteredShared for widths it has no
-  // kernel for, both to kWarp past top-7.
-  const bool filtered = select != RouteSelect::kWarp && k + 1 <= kMaxFastTake;
-  const RouteKernelT tkernel = filtered && select == RouteSelect::kFiltered ? filtered_t_kernel(ne) : nullptr;
+  // The selection: kFiltered runs kWarp's for widths it has no kernel for and past top-7.
+  const RouteKernelT tkernel =
+      select == RouteSelect::kFiltered && k + 1 <= kMaxFastTake ? filtered_t_kernel(ne) : nullptr;
   // Both split layouts hold the same units (3 x 16 bytes per 8 gate values).
   const int64_t units = static_cast<int64_t>(mh) * (dh / kChunkK) * (ne / 8) * 32;
   auto* split = static_cast<uint4*>(scratch.get(static_cast<size_t>(units) * kSplits * sizeof(uint4), s,
@@ -661,7 +608,6 @@ bool moe_route_fused(const MoeRouteParams& p, SplitScratch& scratch, cudaStream_
   const size_t shared = route_fused_shared(kMaxExperts);
   static const bool opted_in = [shared] {  // not a stream operation: fine during graph capture
     for (const void* f : {reinterpret_cast<const void*>(moe_route_mma_kernel),
-                          reinterpret_cast<const void*>(moe_route_filtered_kernel),
                           reinterpret_cast<const void*>(filtered_t_kernel(64)),
                           reinterpret_cast<const void*>(filtered_t_kernel(128)),
                           reinterpret_cast<const void*>(filtered_t_kernel(192)),
@@ -680,10 +626,9 @@ bool moe_route_fused(const MoeRouteParams& p, SplitScratch& scratch, cudaStream_
                                                                  ptr<int32_t>(p.idx), ptr<float>(p.weight), forced,
                                                                  margin, t, k, dh, p.route_scale, p.normalize);
   } else {
-    const RouteKernel kernel = filtered ? moe_route_filtered_kernel : moe_route_mma_kernel;
-    kernel<<<grid, kRtWarps * 32, route_fused_shared(ne), s>>>(r, p.r.row_stride(), split, ptr<const float>(p.bias),
-                                                                ptr<int32_t>(p.idx), ptr<float>(p.weight), forced,
-                                                                margin, t, ne, k, dh, p.route_scale, p.normalize);
+    moe_route_mma_kernel<<<grid, kRtWarps * 32, route_fused_shared(ne), s>>>(
+        r, p.r.row_stride(), split, ptr<const float>(p.bias), ptr<int32_t>(p.idx), ptr<float>(p.weight), forced,
+        margin, t, ne, k, dh, p.route_scale, p.normalize);
   }
   MAGI2_CUDA_CHECK_LAUNCH("moe_route (fused)");
   return true;
