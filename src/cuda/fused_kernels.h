@@ -3,7 +3,7 @@
 // the default, or "reference"; docs/cuda.md). The routed experts' kernel has
 // its own switch (MAGI2_MOE_KERNEL, mhc_moe.h). Host-only header.
 //
-// - mHC logits: RMSNorm(12288) and the 24 logits of 128 tokens per block on
+// - mHC logits: RMSNorm(12288) and the 24 logits of 64 tokens per block on
 //   bf16 tensor cores with a three-term bf16 split of (1 + w) * phi
 //   (mma_split.cuh): one pass over the state. Within fp32 rounding of the CPU
 //   reference (not bit-equal): the reference forms n = (x * rs) * (1 + w) and
