@@ -224,6 +224,16 @@ __global__ void __launch_bounds__(kLgThreads, kMinBlocks)
   lg_finish(reinterpret_cast<float*>(ring), acc, ss, r0, logits, ldl, vw, eps, t);
 }
 
+// Lets `kernel` take `shared` bytes of dynamic shared memory with the largest
+// carveout (the ring kernels stream past L1). Not a stream operation, so fine
+// during graph capture; callers run it once (a function-local static).
+bool opt_in_shared(const void* kernel, size_t shared) {
+  MAGI2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
+  MAGI2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        static_cast<int>(cudaSharedmemCarveoutMaxShared)));
+  return true;
+}
+
 // Launches the ring kernel sized for kMinBlocks blocks an SM (kStages x 32 KB of
 // shared memory a block). The largest shared-memory carveout: the rest of L1 is
 // not needed (the state bypasses it, each B unit is read once per warp).
@@ -232,13 +242,7 @@ void launch_logits_ring(unsigned grid, cudaStream_t s, const uint16_t* x, int64_
                         int64_t ldl, int64_t vw, int4 cu, int groups, float eps, int64_t t) {
   constexpr auto kernel = mhc_logits_ring_kernel<kStages, kMinBlocks>;
   constexpr size_t shared = lg_ring_shared<kStages>();
-  static const bool opted_in = [] {  // not a stream operation: fine during graph capture
-    MAGI2_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
-    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                          static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-    return true;
-  }();
+  static const bool opted_in = opt_in_shared(reinterpret_cast<const void*>(kernel), shared);
   (void)opted_in;
   kernel<<<grid, kLgThreads, shared, s>>>(x, lds, split, out, ldl, vw, cu, groups, eps, t);
 }
@@ -561,13 +565,7 @@ void launch_post_lean(unsigned grid, cudaStream_t s, uint16_t* state, int64_t ld
                       int64_t ldhp, float* h_res, int64_t ldhr, int64_t d, int64_t t) {
   constexpr auto kernel = mhc_post_res_lean_kernel<kStages, kBlocks>;
   constexpr size_t shared = post_lean_shared<kStages>();
-  static const bool opted_in = [] {  // not a stream operation: fine during graph capture
-    MAGI2_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
-    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                          static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-    return true;
-  }();
+  static const bool opted_in = opt_in_shared(reinterpret_cast<const void*>(kernel), shared);
   (void)opted_in;
   kernel<<<grid, kVecWarps * 32, shared, s>>>(state, lds, o, ldo, logits, ldl, alpha_post, alpha_res, b_post, b_res, c,
                                               iters, sk_eps, h_post, ldhp, h_res, ldhr, d, t);
@@ -644,13 +642,8 @@ bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s, MhcPostKernel
                              h_res, ldhr, d, t);
       break;
     case MhcPostKernel::kRing: {
-      static const bool opted_in = [] {  // not a stream operation: fine during graph capture
-        MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_post_res_vec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(kPostShared)));
-        MAGI2_CUDA_CHECK(cudaFuncSetAttribute(mhc_post_res_vec_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                              static_cast<int>(cudaSharedmemCarveoutMaxShared)));
-        return true;
-      }();
+      static const bool opted_in =
+          opt_in_shared(reinterpret_cast<const void*>(mhc_post_res_vec_kernel), kPostShared);
       (void)opted_in;
       mhc_post_res_vec_kernel<<<grid, kVecWarps * 32, kPostShared, s>>>(
           state, p.state.row_stride(), o, p.o.row_stride(), logits, p.logits.row_stride(), alpha_post, alpha_res,
