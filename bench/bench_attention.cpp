@@ -27,6 +27,7 @@
 #include "cuda/attn_ops.h"
 #include "cuda/attn_qkv_variant.h"
 #include "cuda/backend_cuda.h"
+#include "cuda/cuda_common.h"
 #include "ops/ops.h"
 
 namespace magi2 {
@@ -76,8 +77,20 @@ double ceiling_tflops(Backend& be, Bench& b) {
   return tf;
 }
 
+/// Same-run bandwidth ceiling in GB/s: a 2 GiB device-to-device copy, read + write counted.
+double copy_gbs(Backend& be, Bench& b) {
+  Tensor src = be.alloc({int64_t{1} << 30}, DType::BF16), dst = be.alloc({int64_t{1} << 30}, DType::BF16);
+  const double ms = b.time([&] {
+    MAGI2_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, b.s));
+  });
+  const double gbs = 2.0 * static_cast<double>(src.nbytes()) / ms * 1e-6;
+  std::printf("ceiling: device copy 2 x 2 GiB %.3f ms, %.0f GB/s\n", ms, gbs);
+  return gbs;
+}
+
 /// Times one request shape; returns the core's milliseconds.
-double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int32_t>& lens, double ceil, bool fp32) {
+double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int32_t>& lens, double ceil, double copy,
+                 bool fp32) {
   const int64_t h = 24, hd = 128, d = h * hd, nb = 16;
   std::vector<int32_t> cu = {0};
   for (int32_t l : lens) cu.push_back(cu.back() + l);
@@ -129,12 +142,9 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
   const AttnQkvParams qkv_p{.qkv = qkv, .q_norm = qn, .k_norm = kn, .table = table, .src_rows = d_inv, .q = q,
                             .k = k, .v = v, .groups = g};
   auto st = static_cast<cudaStream_t>(cuda_stream_of(be));
-  const double t_joint = b.time([&] { cuda::attn_qkv_variant(qkv_p, st, true); });
-  const double t_block_joint = b.time([&] {
-    cuda::attn_qkv_variant(qkv_p, st, true);
-    core();
-    consumer();
-  });
+  auto variant = [&](cuda::AttnQkvKernel k) { return b.time([&] { cuda::attn_qkv_variant(qkv_p, st, k); }); };
+  const double t_half = variant(cuda::AttnQkvKernel::kHalfWarp);
+  const double t_regs = variant(cuda::AttnQkvKernel::kRegisters);
   Tensor qf = be.alloc({t, h, hd}, DType::F32), kf = be.alloc({t, h, hd}, DType::F32);
   const double t_unfused = b.time([&] {
     be.rms_norm({.x = qkv.slice_cols(0, d), .w = qn, .y = qf.reshape({t, d}), .groups = g, .heads = h});
@@ -159,10 +169,15 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
   std::printf("| producer attn_qkv | %.3f | | |\n| consumer attn_out | %.3f | | |\n", t_prod, t_cons);
   row("fused block: attn_qkv + core + attn_out", t_block);
   row("unfused block (the previous op sequence)", t_unfused);
-  std::printf("| candidate producer: joint attn_qkv kernel | %.3f | | |\n", t_joint);
-  row("fused block with the joint producer", t_block_joint);
-  std::printf("block / core = %.3f (target <= 1.1), with the joint producer %.3f; unfused / fused = %.3f\n",
-              t_block / t_core, t_block_joint / t_core, t_unfused / t_block);
+  const double bytes = 2.0 * 2.0 * static_cast<double>(t * 3 * d);  // qkv read once, q, k, v written (bf16)
+  auto prod = [&](const char* what, double ms) {
+    std::printf("| producer kernel: %s | %.3f | %.0f GB/s | %.3f of copy |\n", what, ms, bytes / ms * 1e-6,
+                bytes / ms * 1e-6 / copy);
+  };
+  prod("half-warp, shared-memory vector (kHalfWarp, the oracle)", t_half);
+  prod("registers + shuffles (kRegisters, the default)", t_regs);
+  std::printf("block / core = %.3f (target <= 1.1); unfused / fused = %.3f\n", t_block / t_core,
+              t_unfused / t_block);
   if (fp32) {
     Bench slow{be, b.s, 3};
     const double t32 = slow.time([&] { cuda::attention_fp32(sink_p, st); });
@@ -190,12 +205,13 @@ int run(int argc, char** argv) {
   cudaGetDeviceProperties(&prop, 0);
   std::printf("GPU: %s; median of %d runs after 3 warm-ups, CUDA events on the backend stream\n", prop.name, reps);
   const double ceil = ceiling_tflops(*be, b);
-  const double t272 = run_shape(*be, b, "272p", {14886, 14986}, ceil, fp32);
+  const double copy = copy_gbs(*be, b);
+  const double t272 = run_shape(*be, b, "272p", {14886, 14986}, ceil, copy, fp32);
   // Without cuDNN (fp32 fallback, ~0.2 s a call at 272p) 540p would take minutes.
   if (t272 > 50.0)
     std::printf("\n540p skipped: the core took %.1f ms at 272p (no cuDNN plan?)\n", t272);
   else
-    run_shape(*be, b, "540p", {57894, 57994}, ceil, false);
+    run_shape(*be, b, "540p", {57894, 57994}, ceil, copy, false);
   return 0;
 }
 

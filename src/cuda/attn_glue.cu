@@ -7,9 +7,11 @@
 // Bytes: the producer does the fp32 operations of rms_norm_kernel
 // (elementwise.cu) and rope_kernel (rope.cu) in the same order, so it equals
 // the unfused CUDA path and the CPU reference bit for bit. One half-warp owns
-// one (row, head) vector: its lanes move it with 16-byte accesses into shared
-// memory and back, and lane j sums the squares of elements i = j (mod 16) in
-// ascending i, then the shuffle tree 8, 4, 2, 1 (the order of both backends).
+// one (row, head) vector, and lane j sums the squares of elements i = j (mod
+// 16) in ascending i, then the shuffle tree 8, 4, 2, 1 (the order of both
+// backends). Two producer kernels (attn_qkv_variant.h): the default keeps a
+// lane's 8 elements in registers (shared memory only transposes them for the
+// sum); the general one, its oracle, works on the vector in shared memory.
 #include <cmath>
 #include <cstdint>
 
@@ -137,28 +139,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// (x * rs) * (w + 1): rms_norm's fp32 output element, recomputed wherever rope needs it.
-__device__ __forceinline__ float normed(const float* xv, const float* w, float rs, int i) {
-  return (xv[i] * rs) * (w[i] + 1.0f);
-}
-
-/// rope's output element i of one head from the raw (unnormalised) values xv.
-__device__ __forceinline__ float roped(const float* xv, const float* w, float rs, const float* sn, const float* cs,
-                                       int half, int i) {
-  if (i < half) {
-    const float a = normed(xv, w, rs, i) * cs[i];
-    const float b = (-normed(xv, w, rs, i + half)) * sn[i];
-    return a + b;
-  }
-  if (i < 2 * half) {
-    const int j = i - half;
-    const float c = normed(xv, w, rs, i) * cs[j];
-    const float d = normed(xv, w, rs, j) * sn[j];
-    return c + d;
-  }
-  return normed(xv, w, rs, i);
-}
-
 /// 1 / sqrt(mean square + eps) of the vector xv with rms_norm's summation order (lane j: i = j mod 16).
 __device__ __forceinline__ float inv_rms(const float* xv, int hd, int lane, unsigned mask, float eps) {
   float acc = 0.f;
@@ -169,66 +149,109 @@ __device__ __forceinline__ float inv_rms(const float* xv, int hd, int lane, unsi
   return 1.0f / sqrtf(ms + eps);
 }
 
-// One half-warp per (token, head) does q, k and v of that head: one source-row
-// read, all three 16-byte loads in flight together, the raw q and k in shared
-// memory (rope's partner elements are recomputed from them, same operations).
-// hd % 8 == 0.
+// The default producer for 16-byte aligned rows, head dim 128 and a rotary
+// half that is a multiple of 8 (the DiT's 48): one half-warp per (token, head)
+// does its q, k and v (one index read, three 16-byte loads in flight, one read
+// of the sin/cos row for q and k), and each lane keeps its 8 elements
+// (8 lane .. 8 lane + 7) in registers. Shared memory only transposes the raw
+// values for the sum of squares (lane j reads i = j + 16 k: 16 consecutive
+// words; the two half-warps of a warp sit 16 banks apart, so no conflicts);
+// the gains and the table come as 16-byte loads; rope's partner element
+// i +- half comes from lane +- half / 8 by one shuffle per element. The same
+// fp32 operations as attn_qkv_kernel in the same order, so the same bytes.
+constexpr int kRegHd = 128;
+constexpr int kRegStride = 2 * kRegHd + 16;  // floats per half-warp in shared memory: q, k, and a 16-bank offset
+
+__device__ __forceinline__ void load8_f32(const float* p, float* f) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+/// rms_norm's fp32 output of this lane's 8 elements f (raw values, also in xv
+/// for the sum) with the gains w8 (the lane's 8).
+__device__ __forceinline__ void norm8(float* f, const float* xv, const float* w8, int lane, unsigned mask,
+                                      float eps) {
+  const float rs = inv_rms(xv, kRegHd, lane, mask, eps);
+  float w[8];
+  load8_f32(w8, w);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) f[j] = (f[j] * rs) * (w[j] + 1.0f);
+}
+
+/// rope on this lane's 8 normalised elements f: lanes below hl hold the first
+/// rotary half, the next hl lanes the second, the rest pass through.
+__device__ __forceinline__ void rope8(float* f, const float* sn, const float* cs, int lane, int hl, int partner,
+                                      unsigned mask) {
+  float p[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) p[j] = __shfl_sync(mask, f[j], partner, 16);
+  if (lane < hl) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float a = f[j] * cs[j];
+      const float b = (-p[j]) * sn[j];
+      f[j] = a + b;
+    }
+  } else if (lane < 2 * hl) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float c = f[j] * cs[j];
+      const float d = p[j] * sn[j];
+      f[j] = c + d;
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads)
-    attn_qkv_joint_kernel(const uint16_t* __restrict__ qkv, int64_t ldx, const float* __restrict__ q_norm,
-                    const float* __restrict__ k_norm, const float* __restrict__ table, int64_t ldt,
-                    const int32_t* __restrict__ src_rows, uint16_t* __restrict__ q, uint16_t* __restrict__ k,
-                    uint16_t* __restrict__ v, int64_t t, int h, int hd, int half, int4 cu, int groups, float eps,
-                    bool vec) {
-  extern __shared__ float buf[];
+    attn_qkv_reg_kernel(const uint16_t* __restrict__ qkv, int64_t ldx, const float* __restrict__ q_norm,
+                        const float* __restrict__ k_norm, const float* __restrict__ table, int64_t ldt,
+                        const int32_t* __restrict__ src_rows, uint16_t* __restrict__ q, uint16_t* __restrict__ k,
+                        uint16_t* __restrict__ v, int64_t t, int h, int half, int4 cu, int groups, float eps) {
+  __shared__ __align__(16) float buf[kVecs * kRegStride];
   const int64_t vid = static_cast<int64_t>(blockIdx.x) * kVecs + threadIdx.x / 16;
   const int lane = threadIdx.x & 15;
   if (vid >= t * h) return;  // whole half-warps leave together
   const int64_t n = vid / h;
   const int head = static_cast<int>(vid % h);
   const int64_t s = src_rows[n];
-  const int64_t d = static_cast<int64_t>(h) * hd;
-  if (s < 0 || s >= t) {  // no host check on the device path: a bad source row gives zeros (as gather_rows)
-    const float z[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    for (int c = lane * 8; c < hd; c += 128) {
-      store8(q + vid * hd + c, false, z);
-      store8(k + vid * hd + c, false, z);
-      store8(v + vid * hd + c, false, z);
-    }
+  const int64_t o = vid * kRegHd + lane * 8;
+  if (s < 0 || s >= t) {  // as attn_qkv_kernel: a bad source row gives zeros
+    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+    *reinterpret_cast<uint4*>(q + o) = z;
+    *reinterpret_cast<uint4*>(k + o) = z;
+    *reinterpret_cast<uint4*>(v + o) = z;
     return;
   }
-  const uint16_t* x = qkv + s * ldx + static_cast<int64_t>(head) * hd;
-  float* xq = buf + (threadIdx.x / 16) * 2 * hd;
-  float* xk = xq + hd;
-  for (int c = lane * 8; c < hd; c += 128) {
-    float fq[8], fk[8], fv[8];
-    load8(x + c, vec, fq);
-    load8(x + d + c, vec, fk);
-    load8(x + 2 * d + c, vec, fv);
-    store8(v + vid * hd + c, vec, fv);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      xq[c + j] = fq[j];
-      xk[c + j] = fk[j];
-    }
-  }
+  const int64_t d = static_cast<int64_t>(h) * kRegHd;
+  const uint16_t* x = qkv + s * ldx + static_cast<int64_t>(head) * kRegHd + lane * 8;
+  const uint4 rq = *reinterpret_cast<const uint4*>(x), rk = *reinterpret_cast<const uint4*>(x + d);
+  *reinterpret_cast<uint4*>(v + o) = *reinterpret_cast<const uint4*>(x + 2 * d);
+  float fq[8], fk[8];
+  load8(reinterpret_cast<const uint16_t*>(&rq), true, fq);
+  load8(reinterpret_cast<const uint16_t*>(&rk), true, fk);
+  float* xq = buf + (threadIdx.x / 16) * kRegStride;
+  float* xk = xq + kRegHd;
+  *reinterpret_cast<float4*>(xq + lane * 8) = make_float4(fq[0], fq[1], fq[2], fq[3]);
+  *reinterpret_cast<float4*>(xq + lane * 8 + 4) = make_float4(fq[4], fq[5], fq[6], fq[7]);
+  *reinterpret_cast<float4*>(xk + lane * 8) = make_float4(fk[0], fk[1], fk[2], fk[3]);
+  *reinterpret_cast<float4*>(xk + lane * 8 + 4) = make_float4(fk[4], fk[5], fk[6], fk[7]);
   const unsigned mask = (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu;
   __syncwarp(mask);
-  const float rq = inv_rms(xq, hd, lane, mask, eps), rk = inv_rms(xk, hd, lane, mask, eps);
-  const int m = dev::group_of(cu, groups, s);
-  const float* wq = q_norm + static_cast<int64_t>(m) * hd;
-  const float* wk = k_norm + static_cast<int64_t>(m) * hd;
-  const float* sn = table + n * ldt;
-  const float* cs = sn + half;
-  for (int c = lane * 8; c < hd; c += 128) {
-    float fq[8], fk[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      fq[j] = roped(xq, wq, rq, sn, cs, half, c + j);
-      fk[j] = roped(xk, wk, rk, sn, cs, half, c + j);
-    }
-    store8(q + vid * hd + c, vec, fq);
-    store8(k + vid * hd + c, vec, fk);
+  const int64_t wo = static_cast<int64_t>(dev::group_of(cu, groups, s)) * kRegHd + lane * 8;
+  norm8(fq, xq, q_norm + wo, lane, mask, eps);
+  norm8(fk, xk, k_norm + wo, lane, mask, eps);
+  const int hl = half / 8;  // lanes per rotary half
+  const int partner = lane < hl ? lane + hl : lane < 2 * hl ? lane - hl : lane;
+  float sn[8] = {}, cs[8] = {};
+  if (lane < 2 * hl) {
+    const int c = (lane < hl ? lane : lane - hl) * 8;  // the table column of this lane's first element
+    load8_f32(table + n * ldt + c, sn);
+    load8_f32(table + n * ldt + half + c, cs);
   }
+  rope8(fq, sn, cs, lane, hl, partner, mask);
+  rope8(fk, sn, cs, lane, hl, partner, mask);
+  store8(q + o, true, fq);
+  store8(k + o, true, fk);
 }
 
 // One half-warp per (output row, head). src_rows, lse and g are optional
@@ -290,9 +313,9 @@ void check_thd(const Tensor& x, const Shape& shape, const char* what) {
 
 }  // namespace
 
-void attn_qkv(const AttnQkvParams& p, cudaStream_t s) { attn_qkv_variant(p, s, false); }
+void attn_qkv(const AttnQkvParams& p, cudaStream_t s) { attn_qkv_variant(p, s, AttnQkvKernel::kAuto); }
 
-void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, bool joint) {
+void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvKernel which) {
   MAGI2_CHECK(p.q.defined() && p.q.dim() == 3, "attn_qkv.q: expected [T, H, hd]");
   const int64_t t = p.q.size(0), h = p.q.size(1), hd = p.q.size(2);
   check_thd(p.q, p.q.shape(), "attn_qkv.q");
@@ -318,9 +341,18 @@ void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, bool joint) {
                    aligned16(p.k.data()) && aligned16(p.v.data());
   const int4 cu = make_int4(static_cast<int>(p.groups.cu[0]), static_cast<int>(p.groups.cu[1]),
                             static_cast<int>(p.groups.cu[2]), static_cast<int>(p.groups.cu[3]));
-  const size_t smem = sizeof(float) * kVecs * hd * (joint ? 2 : 1);
-  auto* kernel = joint ? attn_qkv_joint_kernel : attn_qkv_kernel;
-  kernel<<<dim3(vec_blocks(t * h), joint ? 1 : 3), kThreads, smem, s>>>(
+  const bool reg_fits = vec && hd == kRegHd && half % 8 == 0 && p.table.row_stride() % 4 == 0 &&
+                        aligned16(p.table.data()) && aligned16(p.q_norm.data()) && aligned16(p.k_norm.data());
+  if (reg_fits && (which == AttnQkvKernel::kAuto || which == AttnQkvKernel::kRegisters)) {
+    attn_qkv_reg_kernel<<<vec_blocks(t * h), kThreads, 0, s>>>(
+        p.qkv.data_as<uint16_t>(), p.qkv.row_stride(), p.q_norm.data_as<float>(), p.k_norm.data_as<float>(),
+        p.table.data_as<float>(), p.table.row_stride(), rows, p.q.data_as<uint16_t>(), p.k.data_as<uint16_t>(),
+        p.v.data_as<uint16_t>(), t, static_cast<int>(h), static_cast<int>(half), cu, p.groups.count, p.eps);
+    MAGI2_CUDA_CHECK_LAUNCH("attn_qkv");
+    return;
+  }
+  const size_t smem = sizeof(float) * kVecs * hd;
+  attn_qkv_kernel<<<dim3(vec_blocks(t * h), 3), kThreads, smem, s>>>(
       p.qkv.data_as<uint16_t>(), p.qkv.row_stride(), p.q_norm.data_as<float>(), p.k_norm.data_as<float>(),
       p.table.data_as<float>(), p.table.row_stride(), rows, p.q.data_as<uint16_t>(), p.k.data_as<uint16_t>(),
       p.v.data_as<uint16_t>(), t, static_cast<int>(h), static_cast<int>(hd), static_cast<int>(half), cu,

@@ -172,6 +172,9 @@ class CudaBackend final : public Backend {
   void mhc_post_res(const MhcPostResParams& p) override { cuda::mhc_post_res(p, stream_, &fused_); }
   void moe_route(const MoeRouteParams& p) override { cuda::moe_route(p, stream_, &fused_); }
   void moe_experts(const MoeExpertsParams& p) override { cuda::moe_experts(p, moe_.get(), stream_); }
+  void moe_prefetch(const MoeExpertsParams& p) override {
+    if (moe_) moe_->prefetch(p, stream_);
+  }
   void gate(const GateParams& p) override { cuda::gate(p, stream_); }
   void add(const AddParams& p) override { cuda::add(p, stream_); }
   void cast(const CastParams& p) override { cuda::cast(p, stream_); }

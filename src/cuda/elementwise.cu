@@ -102,6 +102,13 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
 
 __global__ void swiglu7_vec_kernel(const uint16_t* __restrict__ u, int64_t ldu, uint16_t* __restrict__ z,
                                    int64_t ldz, uint32_t rows, uint32_t half8) {
+  // exp_f32's table in shared memory: a warp's 32 exponentials read up to 32
+  // different entries, which the __constant__ copy would serialise.
+  __shared__ uint64_t table[32];
+  dev::exp2_table_to_shared(table);
+  __syncthreads();
+  const uint64_t* tab = table;
+  auto sig = [tab](float x) { return sigmoid_f32(x, tab); };
   const uint32_t n = rows * half8;
   for (uint32_t v = blockIdx.x * blockDim.x + threadIdx.x; v < n; v += gridDim.x * blockDim.x) {
     const uint32_t r = v / half8, c = v - r * half8;
@@ -111,10 +118,67 @@ __global__ void swiglu7_vec_kernel(const uint16_t* __restrict__ u, int64_t ldu, 
     unpack8(src[1], b);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      o[i] = swiglu7_f32(a[2 * i], a[2 * i + 1], [](float x) { return sigmoid_f32(x); });
-      o[4 + i] = swiglu7_f32(b[2 * i], b[2 * i + 1], [](float x) { return sigmoid_f32(x); });
+      o[i] = swiglu7_f32(a[2 * i], a[2 * i + 1], sig);
+      o[4 + i] = swiglu7_f32(b[2 * i], b[2 * i + 1], sig);
     }
     reinterpret_cast<uint4*>(z + r * ldz)[c] = pack8(o);
+  }
+}
+
+// One warp per row for bf16 rows whose starts are 16-byte aligned (d % 8 ==
+// 0): the row goes through shared memory once (16-byte loads), where lane j
+// (and its twin j + 16) sums the squares of elements j, j + 16, ... in
+// increasing order, as rms_norm_kernel's lane j does, and the 16 sums meet in
+// the same tree 8, 4, 2, 1: the same bytes. The output pass reads the row back
+// from shared memory with 16-byte accesses and writes 8 elements a lane.
+constexpr int kRowWarps = 4;  // rows per block of rms_norm_row_kernel
+
+__device__ __forceinline__ void store8_f32(float* p, const float* f) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+__device__ __forceinline__ void store8_f32(uint16_t* p, const float* f) {
+  *reinterpret_cast<uint4*>(p) = pack8(f);
+}
+
+template <typename TO>
+__global__ void __launch_bounds__(kRowWarps * 32)
+    rms_norm_row_kernel(const uint16_t* __restrict__ x, int64_t ldx, TO* __restrict__ y, int64_t ldy,
+                        const float* __restrict__ w, int64_t rows, int d, int4 cu, int groups, float eps) {
+  extern __shared__ uint4 row_buf[];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowWarps + warp;
+  if (r >= rows) return;  // whole warps leave together
+  const int n8 = d / 8;
+  uint4* sx = row_buf + static_cast<int64_t>(warp) * n8;
+  const uint4* xv = reinterpret_cast<const uint4*>(x + r * ldx);
+  int c = lane;
+  for (; c + 96 < n8; c += 128) {  // four 16-byte loads in flight a lane
+    const uint4 a = xv[c], b = xv[c + 32], e = xv[c + 64], f = xv[c + 96];
+    sx[c] = a, sx[c + 32] = b, sx[c + 64] = e, sx[c + 96] = f;
+  }
+  for (; c < n8; c += 32) sx[c] = xv[c];
+  __syncwarp();
+  const uint16_t* sh = reinterpret_cast<const uint16_t*>(sx);
+  float acc = 0.f;
+  for (int i = lane & 15; i < d; i += 16) {
+    const float v = bf16_to_f32(sh[i]);
+    acc += v * v;
+  }
+  for (int off = 8; off >= 1; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off, 16);
+  acc = __shfl_sync(0xffffffffu, acc, 0, 16);
+  const float ms = acc * (1.0f / static_cast<float>(d));
+  const float rs = 1.0f / sqrtf(ms + eps);
+  const float* wm = w + static_cast<int64_t>(dev::group_of(cu, groups, r)) * d;
+  TO* yv = y + r * ldy;
+  for (c = lane; c < n8; c += 32) {
+    float f[8], g[8];
+    unpack8(sx[c], f);
+    const float4 w0 = reinterpret_cast<const float4*>(wm)[2 * c], w1 = reinterpret_cast<const float4*>(wm)[2 * c + 1];
+    g[0] = w0.x, g[1] = w0.y, g[2] = w0.z, g[3] = w0.w, g[4] = w1.x, g[5] = w1.y, g[6] = w1.z, g[7] = w1.w;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = (f[i] * rs) * (g[i] + 1.0f);
+    store8_f32(yv + 8 * c, f);
   }
 }
 
@@ -204,6 +268,23 @@ void rms_norm(const RmsNormParams& p, cudaStream_t s) {
   const float* w = ptr<float>(p.w);
   const int4 cu = cu_of(p.groups);
   const bool xb = p.x.dtype() == DType::BF16, yb = p.y.dtype() == DType::BF16;
+  const bool y_vec = yb ? vec_rows(p.y)
+                        : reinterpret_cast<uintptr_t>(p.y.data()) % 16 == 0 && p.y.row_stride() % 4 == 0;
+  const size_t row_smem = sizeof(uint16_t) * static_cast<size_t>(d) * kRowWarps;
+  if (xb && p.heads == 1 && d % 8 == 0 && row_smem <= 48 * 1024 && vec_rows(p.x) && y_vec &&
+      reinterpret_cast<uintptr_t>(w) % 16 == 0) {
+    const unsigned row_blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
+    if (yb)
+      rms_norm_row_kernel<<<row_blocks, kRowWarps * 32, row_smem, s>>>(ptr<uint16_t>(p.x), ldx, ptr<uint16_t>(p.y),
+                                                                      ldy, w, rows, static_cast<int>(d), cu,
+                                                                      p.groups.count, p.eps);
+    else
+      rms_norm_row_kernel<<<row_blocks, kRowWarps * 32, row_smem, s>>>(ptr<uint16_t>(p.x), ldx, ptr<float>(p.y), ldy,
+                                                                      w, rows, static_cast<int>(d), cu,
+                                                                      p.groups.count, p.eps);
+    MAGI2_CUDA_CHECK_LAUNCH("rms_norm");
+    return;
+  }
   if (xb && yb)
     rms_norm_kernel<<<blocks, kThreads, 0, s>>>(ptr<uint16_t>(p.x), ldx, ptr<uint16_t>(p.y), ldy, w, rows, p.heads, d,
                                                 cu, p.groups.count, p.eps);

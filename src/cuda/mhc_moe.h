@@ -77,16 +77,35 @@ class MoeExpertsRunner {
   /// 3 are empty; with the SwiGLU7 epilogue stage 1 holds both W13 GEMMs and
   /// stage 2 is empty).
   void run(const MoeExpertsParams& p, cudaStream_t s, const std::function<void(int)>& mark = {});
+  /// Backend::moe_prefetch: for FP8 banks that run() will dequantise for the
+  /// fused kernel (W8A16), enqueues the dequantisation of all three banks now
+  /// on a side stream that forks from `s` and runs on a few SMs beside the work
+  /// enqueued on `s` next (the attention branch); run() with the same banks
+  /// joins it instead of dequantising. Anything else: nothing. A prefetch must
+  /// be followed by a run() on `s` before a graph capture ends (the join).
+  /// MAGI2_FP8_PREFETCH=0 turns it off (run() then dequantises inline).
+  /// Errors: the first call during a graph capture (no buffers yet).
+  void prefetch(const MoeExpertsParams& p, cudaStream_t s);
 
  private:
   struct Plan;
   struct Pass;
   void run_pass(const Pass& ps, cudaStream_t s, const std::function<void(int)>& mark);
   W13Kernel w13_kernel() const;  // w13_, or MAGI2_MOE_KERNEL's choice for kFromEnv
+  // The FP8 banks dequantised to bf16 (W8A16): at least `banks` bank-sized slots (made outside capture).
+  uint16_t* dequant_buffer(int banks, int64_t bank_elems, cudaStream_t s);
   DeviceAlloc alloc_;
   int64_t max_rows_ = 0;
   W13Kernel w13_ = W13Kernel::kFromEnv;
   std::unique_ptr<Plan> plan_;
+  std::shared_ptr<void> wdq_;  // FP8 banks dequantised to bf16: wdq_banks_ banks of wdq_bank_elems_ elements
+  int wdq_banks_ = 0;
+  int64_t wdq_bank_elems_ = 0;
+  // The prefetch's side stream and its fork / ready events (made on the first prefetch), and which
+  // banks (w_gate's data) a prefetch has enqueued into wdq_ that no run() has joined yet.
+  struct Side;
+  std::unique_ptr<Side> side_;
+  const void* prefetched_ = nullptr;
 };
 
 /// MoeExpertsParams on the device: through `grouped` when it supports the

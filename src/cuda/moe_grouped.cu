@@ -21,6 +21,7 @@
 // FP8 banks with fp8_compute = W8A8 leave after the sort for the W8A8 pass
 // (moe_w8a8.h: quantising gather, FP8 grouped GEMMs) and share the combine.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -31,6 +32,7 @@
 #include "cuda/fused_kernels.h"
 #include "cuda/mhc_moe.h"
 #include "cuda/moe_expert_fused.h"
+#include "cuda/moe_fp8_dequant.h"
 #include "cuda/moe_gemm.h"
 #include "cuda/moe_w8a8.h"
 #include "ops/numerics.h"
@@ -231,43 +233,6 @@ __global__ void expert_combine(const void* __restrict__ yv, const int32_t* __res
   }
 }
 
-// FP8 experts (W8A16): bank[f] (rows x cols e4m3, one f32 scale per 128 x 128
-// block) -> bf16(q * scale) into `out`, the exact values the CPU reference
-// multiplies by (ops/numerics.h fp8_dequant_f32, then RNE). Grid (chunks,
-// experts); experts without routed rows (offsets) are skipped: the grouped
-// GEMM never reads them. `vec`: 16 elements per thread (cols % 16 == 0, so a
-// run never crosses a scale block).
-__global__ void dequant_expert_bank(const uint8_t* __restrict__ q, const float* __restrict__ scale, int64_t rows,
-                                    int64_t cols, int64_t brows, int64_t bcols, const int32_t* __restrict__ offsets,
-                                    uint16_t* __restrict__ out, bool vec) {
-  const int64_t f = blockIdx.y;
-  if (offsets[f + 1] == offsets[f]) return;
-  const int64_t per = rows * cols;
-  const uint8_t* qf = q + f * per;
-  const float* sf = scale + f * brows * bcols;
-  uint16_t* of = out + f * per;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  if (vec) {
-    for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v * 16 < per; v += step) {
-      const int64_t e = v * 16, r = e / cols, c = e % cols;
-      const float sc = sf[(r / kFp8Block) * bcols + c / kFp8Block];
-      const uint4 in = *reinterpret_cast<const uint4*>(qf + e);
-      const uint8_t* b = reinterpret_cast<const uint8_t*>(&in);
-      uint4 o[2];
-      uint16_t* h = reinterpret_cast<uint16_t*>(o);
-#pragma unroll
-      for (int j = 0; j < 16; ++j) h[j] = f32_to_bf16(fp8_dequant_f32(b[j], sc));
-      *reinterpret_cast<uint4*>(of + e) = o[0];
-      *reinterpret_cast<uint4*>(of + e + 8) = o[1];
-    }
-  } else {
-    for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < per; e += step) {
-      const int64_t r = e / cols, c = e % cols;
-      of[e] = f32_to_bf16(fp8_dequant_f32(qf[e], sf[(r / kFp8Block) * bcols + c / kFp8Block]));
-    }
-  }
-}
-
 unsigned grid_of(int64_t work, int threads) {
   const int64_t b = (work + threads - 1) / threads;
   MAGI2_CHECK(b < (int64_t{1} << 31), "moe_experts: too many rows for one launch (", work, ")");
@@ -281,6 +246,7 @@ unsigned grid_of(int64_t work, int threads) {
 // pass's first token in head 0, with `hs` (the call's T x K) between heads.
 struct MoeExpertsRunner::Pass {
   MoeExpertsParams prm;
+  const uint16_t* dq = nullptr;  // FP8 banks for the fused kernel: the three banks dequantised, else null
   const int32_t* idx = nullptr;
   const float* weight = nullptr;
   int64_t hs = 0;
@@ -303,7 +269,6 @@ struct MoeExpertsRunner::Plan {
   std::unique_ptr<ExpertGemm> w2_weighted;
   std::shared_ptr<void> wrow;
   std::shared_ptr<void> tile_start;
-  std::shared_ptr<void> wdq;  // FP8 experts: dequantised bf16 banks (3 fused, else 2), made on the first FP8 call
   std::unique_ptr<MoeW8a8> w8a8;  // FP8 experts with --fp8-compute w8a8: made on the first such call
   size_t xp_bytes = 0, hbuf_bytes = 0;
   std::unique_ptr<ExpertGemm> w13, w2;  // W13Kernel::kGrouped: gate and up in one GEMM, fp32 W2
@@ -336,7 +301,106 @@ MoeExpertsRunner::MoeExpertsRunner(DeviceAlloc alloc, int64_t max_rows, W13Kerne
     : alloc_(std::move(alloc)), max_rows_(max_rows), w13_(w13) {
   MAGI2_CHECK(max_rows_ >= 1, "moe_experts: the routed rows of a pass must be >= 1, got ", max_rows_);
 }
+struct MoeExpertsRunner::Side {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, ready = nullptr;
+  Side() {
+    int least = 0, greatest = 0;
+    MAGI2_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    // The highest priority: its few blocks take their SMs as soon as any free up.
+    MAGI2_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
+    MAGI2_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    MAGI2_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  }
+  ~Side() {
+    cudaStreamSynchronize(stream);  // destructor: no throw; the work it waits for is ours
+    cudaEventDestroy(ready);
+    cudaEventDestroy(fork);
+    cudaStreamDestroy(stream);
+  }
+  Side(const Side&) = delete;
+  Side& operator=(const Side&) = delete;
+};
+
 MoeExpertsRunner::~MoeExpertsRunner() = default;
+
+namespace {
+
+// MAGI2_FP8_PREFETCH, read once: 0 turns the W8A16 prefetch off (unset: on).
+bool fp8_prefetch_from_env() {
+  static const bool on = [] {
+    const char* v = std::getenv("MAGI2_FP8_PREFETCH");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
+    if (std::strcmp(v, "0") == 0) return false;
+    throw Error(str_cat("MAGI2_FP8_PREFETCH='", v, "': expected 0 or 1"));
+  }();
+  return on;
+}
+
+// The prefetch's blocks (1024 threads each) per bank: a few SMs, so the
+// attention core beside it keeps the rest (docs/fp8.md). MAGI2_FP8_PREFETCH_BLOCKS
+// (1..64) overrides it for measurements.
+unsigned prefetch_blocks_per_bank() {
+  static const unsigned n = [] {
+    const char* v = std::getenv("MAGI2_FP8_PREFETCH_BLOCKS");
+    if (v == nullptr || *v == '\0') return 8u;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || x < 1 || x > 64)
+      throw Error(str_cat("MAGI2_FP8_PREFETCH_BLOCKS='", v, "': expected an integer from 1 to 64"));
+    return static_cast<unsigned>(x);
+  }();
+  return n;
+}
+
+std::array<Fp8Bank, 3> fp8_banks(const MoeExpertsParams& prm, uint16_t* out, int64_t bank_elems) {
+  auto one = [&](const Tensor& q, const Tensor& sc, int i) {
+    return Fp8Bank{.q = static_cast<const uint8_t*>(q.data()), .scale = static_cast<const float*>(sc.data()),
+                   .out = out + i * bank_elems, .rows = q.size(1), .cols = q.size(2)};
+  };
+  return {one(prm.w_gate, prm.w_gate_scale, 0), one(prm.w_up, prm.w_up_scale, 1),
+          one(prm.w_down, prm.w_down_scale, 2)};
+}
+
+}  // namespace
+
+uint16_t* MoeExpertsRunner::dequant_buffer(int banks, int64_t bank_elems, cudaStream_t s) {
+  if (!wdq_ || wdq_banks_ < banks || wdq_bank_elems_ != bank_elems) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
+    MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no FP8 dequantisation buffer planned; run one "
+                                                   "eager forward before capturing a CUDA graph");
+    MAGI2_CUDA_CHECK(cudaStreamSynchronize(s));  // the old buffer may still be in use
+    if (side_) MAGI2_CUDA_CHECK(cudaStreamSynchronize(side_->stream));
+    wdq_.reset();
+    wdq_ = alloc_(static_cast<size_t>(banks * bank_elems) * 2);
+    wdq_banks_ = banks, wdq_bank_elems_ = bank_elems;
+  }
+  return static_cast<uint16_t*>(wdq_.get());
+}
+
+void MoeExpertsRunner::prefetch(const MoeExpertsParams& prm, cudaStream_t s) {
+  if (prm.w_gate.dtype() != DType::F8E4M3 || prm.fp8_compute != Fp8Compute::W8A16 || !fp8_prefetch_from_env())
+    return;
+  const int64_t nf = prm.w_gate.size(0), dh = prm.w_gate.size(1), de = prm.w_gate.size(2);
+  if (!(MAGI2_HAVE_CUTLASS && w13_kernel() == W13Kernel::kFused && moe_fused_expert_widths(dh, de))) return;
+  const int64_t bank = nf * dh * de;
+  uint16_t* dq = dequant_buffer(3, bank, s);
+  if (!side_) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
+    MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no FP8 prefetch stream made; run one eager "
+                                                   "forward before capturing a CUDA graph");
+    side_ = std::make_unique<Side>();
+  }
+  // The fork orders the pass after everything on s so far: the previous layer's experts have read wdq_.
+  MAGI2_CUDA_CHECK(cudaEventRecord(side_->fork, s));
+  MAGI2_CUDA_CHECK(cudaStreamWaitEvent(side_->stream, side_->fork, 0));
+  const auto banks = fp8_banks(prm, dq, bank);
+  fp8_dequant_banks(banks.data(), 3, nf, nullptr, prefetch_blocks_per_bank(), side_->stream);
+  MAGI2_CUDA_CHECK(cudaEventRecord(side_->ready, side_->stream));
+  prefetched_ = prm.w_gate.data();
+}
 
 MoeExpertsRunner::W13Kernel MoeExpertsRunner::w13_kernel() const {
   return w13_ == W13Kernel::kFromEnv ? w13_kernel_from_env() : w13_;
@@ -429,13 +493,28 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
   const bool fused = MAGI2_HAVE_CUTLASS && w13_kernel() == W13Kernel::kFused && moe_fused_expert_widths(dh, de) &&
                      !w8a8 && reinterpret_cast<uintptr_t>(prm.r.data()) % 16 == 0 && prm.r.row_stride() % 8 == 0;
   plan(t, mh, ne, k, dh, de, fused, s);
+  // FP8 banks for the fused kernel: dequantised once for every pass, by the
+  // prefetch (joined here) or now. Any pending prefetch is joined either way.
+  const uint16_t* dq = nullptr;
+  const bool prefetched = prefetched_ != nullptr && prefetched_ == prm.w_gate.data();
+  if (prefetched_ != nullptr) MAGI2_CUDA_CHECK(cudaStreamWaitEvent(s, side_->ready, 0));
+  prefetched_ = nullptr;
+  if (fused && prm.w_gate.dtype() == DType::F8E4M3) {
+    const int64_t nf = static_cast<int64_t>(mh) * ne, bank = nf * dh * de;
+    uint16_t* buf = dequant_buffer(3, bank, s);
+    if (!prefetched) {
+      const auto banks = fp8_banks(prm, buf, bank);
+      fp8_dequant_banks(banks.data(), 3, nf, nullptr, 0, s);
+    }
+    dq = buf;
+  }
   // Token passes: a routed row's GEMMs and a token's combine read nothing of
   // the other rows (no split-K, fixed summation order), so the bytes do not
   // depend on how many passes there are; only the workspace does.
   const int64_t tp = plan_->t;
   for (int64_t n0 = 0; n0 < t; n0 += tp) {
     const int64_t n1 = std::min(t, n0 + tp);
-    Pass ps{.prm = prm, .idx = static_cast<const int32_t*>(prm.idx.data()) + n0 * k,
+    Pass ps{.prm = prm, .dq = dq, .idx = static_cast<const int32_t*>(prm.idx.data()) + n0 * k,
             .weight = static_cast<const float*>(prm.weight.data()) + n0 * k, .hs = t * k};
     ps.prm.r = prm.r.slice_rows(n0, n1);
     ps.prm.out = prm.out.slice_rows(n0, n1);
@@ -496,37 +575,12 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
   const bool vec = reinterpret_cast<uintptr_t>(r) % 16 == 0 && prm.r.row_stride() % 8 == 0 && dh % 8 == 0;
   const bool fp8 = prm.w_gate.dtype() == DType::F8E4M3;
   const int64_t bank = static_cast<int64_t>(nf) * dh * de;  // elements of one bank
-  auto dequant = [&](const Tensor& q, const Tensor& sc, uint16_t* to) {
-    const int64_t rows = q.size(1), cols = q.size(2);
-    const bool vec = cols % 16 == 0;
-    const int64_t work = vec ? rows * cols / 16 : rows * cols;
-    const unsigned chunks = static_cast<unsigned>(std::min<int64_t>((work + 255) / 256, 64));
-    dequant_expert_bank<<<dim3(chunks, static_cast<unsigned>(nf)), 256, 0, s>>>(
-        static_cast<const uint8_t*>(q.data()), static_cast<const float*>(sc.data()), rows, cols, sc.size(1),
-        sc.size(2), i32(p.offsets), to, vec);
-    MAGI2_CUDA_CHECK_LAUNCH("moe_experts FP8 dequantisation");
-  };
-  // FP8 banks dequantised to bf16 (W8A16): three banks for the fused kernel,
-  // two for the GEMM path (W_down reuses the gate's after W13). Made on the first FP8 call.
-  auto dequant_banks = [&](int banks) {
-    if (!p.wdq) {
-      cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-      MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
-      MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no FP8 dequantisation buffer planned; run one "
-                                                     "eager forward before capturing a CUDA graph");
-      p.wdq = alloc_(static_cast<size_t>(banks * bank) * 2);
-    }
-    return static_cast<uint16_t*>(p.wdq.get());
-  };
   if (p.fused) {  // the whole expert in one kernel (it gathers its rows): bf16(Y x weight) into y
     if (mark) mark(0);
     const void* w[3] = {prm.w_gate.data(), prm.w_up.data(), prm.w_down.data()};
     if (fp8) {
-      uint16_t* dq = dequant_banks(3);
-      dequant(prm.w_gate, prm.w_gate_scale, dq);
-      dequant(prm.w_up, prm.w_up_scale, dq + bank);
-      dequant(prm.w_down, prm.w_down_scale, dq + 2 * bank);
-      for (int i = 0; i < 3; ++i) w[i] = dq + i * bank;
+      MAGI2_CHECK(ps.dq != nullptr, "moe_experts: FP8 banks reached the fused kernel without their bf16 copy");
+      for (int i = 0; i < 3; ++i) w[i] = ps.dq + i * bank;
     }
 #if MAGI2_HAVE_CUTLASS
     moe_expert_fused({.r = r, .ldr = prm.r.row_stride(), .mh = mh, .dh = dh, .de = de, .src = i32(p.src),
@@ -548,11 +602,14 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
   if (mark) mark(0);
   uint16_t* dq0 = nullptr;
   uint16_t* dq1 = nullptr;
+  // The GEMM path's FP8 banks: gate and up now, W_down into the gate's slot after W13
+  // (experts without routed rows skipped: the GEMMs never read them).
+  const auto fp8_banks_of = [&](uint16_t* buf) { return fp8_banks(prm, buf, bank); };
   if (fp8) {
-    dq0 = dequant_banks(2);
+    dq0 = dequant_buffer(2, bank, s);
     dq1 = dq0 + bank;
-    dequant(prm.w_gate, prm.w_gate_scale, dq0);
-    dequant(prm.w_up, prm.w_up_scale, dq1);
+    const auto banks = fp8_banks_of(dq0);
+    fp8_dequant_banks(banks.data(), 2, nf, i32(p.offsets), 0, s);
   }
   const void* b13[2] = {fp8 ? dq0 : prm.w_gate.data(), fp8 ? dq1 : prm.w_up.data()};
   ExpertGemm* w2 = p.w2.get();
@@ -571,7 +628,11 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
   }
   if (mark) mark(2);
   // The W13 GEMM is done with dq0 (same stream) before W_down overwrites it.
-  if (fp8) dequant(prm.w_down, prm.w_down_scale, dq0);
+  if (fp8) {
+    Fp8Bank down = fp8_banks_of(dq0)[2];
+    down.out = dq0;
+    fp8_dequant_banks(&down, 1, nf, i32(p.offsets), 0, s);
+  }
   const void* b2[1] = {fp8 ? dq0 : prm.w_down.data()};
   if (weighted_w2)
     p.w2_weighted->run(i32(p.offsets), p.hbuf.get(), b2, p.y.get(), s, static_cast<const float*>(p.wrow.get()));

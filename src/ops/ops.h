@@ -780,6 +780,13 @@ class Backend {
   virtual void mhc_post_res(const MhcPostResParams& p) = 0;
   virtual void moe_route(const MoeRouteParams& p) = 0;
   virtual void moe_experts(const MoeExpertsParams& p) = 0;
+  /// A scheduling hint, no numerics: the routed expert banks of `p` (w_* and
+  /// their scales, fp8_compute; the other fields unused) will reach
+  /// moe_experts soon, after the ops enqueued next. The CUDA backend starts
+  /// dequantising FP8 banks (W8A16) on a side stream beside those ops (the
+  /// attention core), and moe_experts with the same banks joins it; a
+  /// moe_experts call must follow before a capture ends. Default: nothing.
+  virtual void moe_prefetch(const MoeExpertsParams& p) {}
   // Audio codec (Stable Audio Open VAE decoder)
   virtual void conv1d(const Conv1dParams& p) = 0;
   virtual void conv_transpose1d(const ConvTranspose1dParams& p) = 0;

@@ -129,16 +129,17 @@ Tensor routing(CaseBuilder& b, int mh, int64_t t, int ne, int k) {
   return idx;
 }
 
-OpEntry rms_norm_entry(int64_t t, int64_t d, int64_t heads, bool slice) {
+OpEntry rms_norm_entry(int64_t t, int64_t d, int64_t heads, bool slice, bool f32_out = false) {
   const std::string s = dims({t, heads * d}) + (heads > 1 ? " f32 col-slice -> bf16, " + std::to_string(heads) +
                                                                  " heads, 3 groups"
-                                                           : " bf16 -> bf16, 3 groups");
+                                                           : f32_out ? " bf16 -> f32, 3 groups"
+                                                                     : " bf16 -> bf16, 3 groups");
   return {"rms_norm", s, exact(), 0, [=](Backend& be, uint64_t seed) {
             CaseBuilder b(be, seed);
             const int64_t w = heads * d, wide = slice ? 3 * w : w;
             Tensor xs = b.in(b.uniform({t, wide}, slice ? kF32 : kBf16, -5.f, 5.f));
             Tensor x = slice ? xs.slice_cols(w, 2 * w) : xs;
-            Tensor wt = b.in(b.uniform({3 * d}, kF32, -0.17f, 0.17f)), y = b.out({t, w}, kBf16);
+            Tensor wt = b.in(b.uniform({3 * d}, kF32, -0.17f, 0.17f)), y = b.out({t, w}, f32_out ? kF32 : kBf16);
             const RmsNormParams p{.x = x, .w = wt, .y = y, .groups = three_groups(t / 2, t * 3 / 4, t), .heads = heads};
             return b.done([&be, p] { be.rms_norm(p); });
           }};
@@ -438,6 +439,7 @@ std::vector<OpEntry> step_counter_entries() {
 std::vector<OpEntry> backend_op_table() {
   std::vector<OpEntry> t;
   t.push_back(rms_norm_entry(2048, 3072, 1, false));
+  t.push_back(rms_norm_entry(333, 5120, 1, false, true));
   t.push_back(rms_norm_entry(700, 128, 24, true));
 
   t.push_back(linear_entry(2048, 3072, 3072, 1, false));

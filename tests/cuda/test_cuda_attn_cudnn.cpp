@@ -15,10 +15,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <numeric>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/attn_ops.h"
 #include "cuda/attn_qkv_variant.h"
@@ -164,15 +166,19 @@ TEST_F(CudnnAttentionTest, AttnQkvMatchesCpuBitForBit) {
     EXPECT_EQ(count_diff(down(gq), wq, "attn_qkv q"), 0);
     EXPECT_EQ(count_diff(down(gk), wk, "attn_qkv k"), 0);
     EXPECT_EQ(count_diff(down(gv), wv, "attn_qkv v"), 0);
-    // The candidate joint kernel (q, k, v of a head in one half-warp) gives the same bytes.
-    Tensor jq = poisoned(wq.shape(), DType::BF16), jk = poisoned(wq.shape(), DType::BF16);
-    Tensor jv = poisoned(wq.shape(), DType::BF16);
-    cuda::attn_qkv_variant({.qkv = d_wide.slice_cols(c.col, c.col + 3 * d), .q_norm = up(qn), .k_norm = up(kn),
-                            .table = up(table), .src_rows = up(rows), .q = jq, .k = jk, .v = jv, .groups = g},
-                           static_cast<cudaStream_t>(cuda_stream_of(*gpu_)), true);
-    EXPECT_EQ(count_diff(down(jq), wq, "attn_qkv joint kernel q"), 0);
-    EXPECT_EQ(count_diff(down(jk), wk, "attn_qkv joint kernel k"), 0);
-    EXPECT_EQ(count_diff(down(jv), wv, "attn_qkv joint kernel v"), 0);
+    // Both producer kernels give the same bytes (kRegisters falls back to kHalfWarp on the odd shape).
+    for (cuda::AttnQkvKernel kern :
+         {cuda::AttnQkvKernel::kHalfWarp, cuda::AttnQkvKernel::kRegisters}) {
+      const std::string name = str_cat("attn_qkv kernel ", static_cast<int>(kern), " ");
+      Tensor jq = poisoned(wq.shape(), DType::BF16), jk = poisoned(wq.shape(), DType::BF16);
+      Tensor jv = poisoned(wq.shape(), DType::BF16);
+      cuda::attn_qkv_variant({.qkv = d_wide.slice_cols(c.col, c.col + 3 * d), .q_norm = up(qn), .k_norm = up(kn),
+                              .table = up(table), .src_rows = up(rows), .q = jq, .k = jk, .v = jv, .groups = g},
+                             static_cast<cudaStream_t>(cuda_stream_of(*gpu_)), kern);
+      EXPECT_EQ(count_diff(down(jq), wq, (name + "q").c_str()), 0);
+      EXPECT_EQ(count_diff(down(jk), wk, (name + "k").c_str()), 0);
+      EXPECT_EQ(count_diff(down(jv), wv, (name + "v").c_str()), 0);
+    }
   }
 }
 

@@ -4,7 +4,10 @@
 // the CPU-dequantised banks, (2) it is within the bf16 grouped path's tolerance
 // of the CPU FP8 reference (rel-RMS < 2e-2, max-abs < 5 % of the reference's
 // max: the GEMMs' fp32 summation order and G/U rounded to bf16), (3) it replays
-// bit-identically from a CUDA graph. Also the benchmark helpers
+// bit-identically from a CUDA graph, (4) the same bytes with the banks
+// prefetched (Backend::moe_prefetch: dequantised on a side stream), eagerly,
+// from a graph, and when the prefetched banks are not the ones that run. Widths
+// that are not multiples of 64 take the general conversion kernel. Also the benchmark helpers
 // cuda_fill_random and cuda_memory_stats. Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -34,7 +37,7 @@ using Case = test::Fp8ExpertCase;
 using CudaFp8ExpertsTest = test::Fp8ExpertTest<8642>;
 
 TEST_F(CudaFp8ExpertsTest, EqualsTheBf16PathOnDequantisedBanksAndIsNearTheCpuReference) {
-  for (const Case c : {Case{127, 64, 64, 4, 16, 4}, Case{200, 256, 1280, 2, 16, 6}}) {
+  for (const Case c : {Case{127, 64, 64, 4, 16, 4}, Case{90, 64, 72, 2, 8, 3}, Case{200, 256, 1280, 2, 16, 6}}) {
     if (!cuda::MoeExpertsRunner::supports(c.dh, c.de, c.k)) GTEST_SKIP() << "built without CUTLASS";
     print_case(c);
     const test::Fp8ExpertInputs b = fp8_inputs(c, 5);
@@ -67,6 +70,25 @@ TEST_F(CudaFp8ExpertsTest, EqualsTheBf16PathOnDequantisedBanksAndIsNearTheCpuRef
     gpu_->moe_experts(p8);
     EXPECT_EQ(count_diff(down(o8), got, "FP8 grouped run to run"), 0);
     EXPECT_EQ(count_diff(replay_as_graph([&] { gpu_->moe_experts(p8); }, o8), got, "FP8 grouped graph replay"), 0);
+    // Prefetched banks (the fused kernel's W8A16 path; elsewhere a no-op): the same bytes.
+    gpu_->moe_prefetch(p8);
+    gpu_->moe_experts(p8);
+    EXPECT_EQ(count_diff(down(o8), got, "FP8 grouped after a prefetch"), 0);
+    EXPECT_EQ(count_diff(replay_as_graph(
+                             [&] {
+                               gpu_->moe_prefetch(p8);
+                               gpu_->moe_experts(p8);
+                             },
+                             o8),
+                         got, "FP8 grouped with a prefetch, graph replay"),
+              0);
+    // A prefetch of other banks than the ones that run is joined, and the banks that run are
+    // dequantised then (here the same bytes at another address).
+    gpu_->moe_prefetch(p8);
+    MoeExpertsParams moved = p8;
+    moved.w_gate = up(b.g.q);
+    gpu_->moe_experts(moved);
+    EXPECT_EQ(count_diff(down(o8), got, "FP8 grouped after a prefetch of other banks"), 0);
   }
 }
 

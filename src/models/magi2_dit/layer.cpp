@@ -62,6 +62,10 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
                 .q = ws.q, .k = ws.k, .v = ws.v, .groups = g});
   // The core writes the FA3 output and its log-sum-exp; the sink, the output gate and the permute back
   // to modality order follow in one op (spec §6 steps 7-9).
+  // FP8 experts (W8A16): this layer's banks are dequantised on a few SMs beside the attention core.
+  if (L.moe)
+    be_.moe_prefetch({.w_gate = L.w_gate, .w_up = L.w_up, .w_down = L.w_down, .w_gate_scale = L.w_gate_scale,
+                      .w_up_scale = L.w_up_scale, .w_down_scale = L.w_down_scale, .fp8_compute = w_.fp8_compute});
   be_.mark("attn.core");
   be_.attention({.q = ws.q, .k = ws.k, .v = ws.v, .sinks = L.sinks, .o = ws.o, .cu_seqlens = ws.cu_seqlens,
                  .max_seqlen = ws.max_seqlen,
