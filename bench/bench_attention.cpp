@@ -25,7 +25,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/attn_ops.h"
-#include "cuda/attn_qkv_variant.h"
+#include "cuda/attn_glue_variants.h"
 #include "cuda/backend_cuda.h"
 #include "cuda/cuda_common.h"
 #include "ops/ops.h"
@@ -144,6 +144,9 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
   auto st = static_cast<cudaStream_t>(cuda_stream_of(be));
   auto variant = [&](cuda::AttnQkvKernel k) { return b.time([&] { cuda::attn_qkv_variant(qkv_p, st, k); }); };
   const double t_half = variant(cuda::AttnQkvKernel::kHalfWarp);
+  const AttnOutParams out_p{.o = o, .lse = lse, .sinks = sinks, .g = gw, .src_rows = d_perm, .out = o_p};
+  const double t_out_half =
+      b.time([&] { cuda::attn_out_variant(out_p, st, cuda::AttnOutKernel::kHalfWarp); });
   const double t_regs = variant(cuda::AttnQkvKernel::kRegisters);
   Tensor qf = be.alloc({t, h, hd}, DType::F32), kf = be.alloc({t, h, hd}, DType::F32);
   const double t_unfused = b.time([&] {
@@ -176,6 +179,11 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
   };
   prod("half-warp, shared-memory vector (kHalfWarp, the oracle)", t_half);
   prod("registers + shuffles (kRegisters, the default)", t_regs);
+  const double out_bytes = 2.0 * 2.0 * static_cast<double>(t * d);  // o read, out written (bf16)
+  std::printf("| consumer kernel: half-warp per (row, head) (kHalfWarp, the oracle) | %.3f | %.0f GB/s | %.3f of copy |\n",
+              t_out_half, out_bytes / t_out_half * 1e-6, out_bytes / t_out_half * 1e-6 / copy);
+  std::printf("| consumer kernel: warp per row (kRows, the default) | %.3f | %.0f GB/s | %.3f of copy |\n", t_cons,
+              out_bytes / t_cons * 1e-6, out_bytes / t_cons * 1e-6 / copy);
   std::printf("block / core = %.3f (target <= 1.1); unfused / fused = %.3f\n", t_block / t_core,
               t_unfused / t_block);
   if (fp32) {

@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "cuda/attn_ops.h"
-#include "cuda/attn_qkv_variant.h"
+#include "cuda/attn_glue_variants.h"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 
@@ -289,6 +289,58 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// One warp per output row n: the row's h heads of o[src_rows[n]] (one
+// contiguous run of h x hd) in 16-byte steps, several in flight a lane. Lane
+// j < h computes head j's sink factor and gate once (the operations of
+// attn_out_kernel); each step takes its head's pair by shuffle. Same bytes.
+__global__ void __launch_bounds__(kThreads)
+    attn_out_rows_kernel(const uint16_t* __restrict__ o, const float* __restrict__ lse,
+                         const float* __restrict__ sinks, const uint16_t* __restrict__ g, int64_t ldg,
+                         const int32_t* __restrict__ src_rows, uint16_t* __restrict__ out, int64_t t, int h, int hd) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (n >= t) return;  // whole warps leave together
+  const int64_t r = src_rows ? src_rows[n] : n;
+  const int steps = h * hd / 8, per_head = hd / 8;
+  uint4* dst = reinterpret_cast<uint4*>(out + n * h * hd);
+  if (r < 0 || r >= t) {
+    for (int c = lane; c < steps; c += 32) dst[c] = make_uint4(0u, 0u, 0u, 0u);
+    return;
+  }
+  float factor = 1.0f, gs = 1.0f;
+  if (lane < h) {
+    if (lse) factor = sink_factor(lse[r * h + lane], sinks[lane]);
+    if (g) gs = round_bf16(dev::sigmoid_f32(bf16_to_f32(g[n * ldg + lane])));
+  }
+  const uint4* src = reinterpret_cast<const uint4*>(o + r * h * hd);
+  constexpr int kInFlight = 4;
+  for (int c0 = 0; c0 < steps; c0 += 32 * kInFlight) {  // the same trip count in every lane (shuffles)
+    uint4 v[kInFlight];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      const int c = c0 + 32 * i + lane;
+      if (c < steps) v[i] = src[c];
+    }
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      const int c = c0 + 32 * i + lane;
+      const int head = min(c, steps - 1) / per_head;
+      const float fac = __shfl_sync(0xffffffffu, factor, head), s = __shfl_sync(0xffffffffu, gs, head);
+      if (c < steps) {
+        float f[8];
+        load8(reinterpret_cast<const uint16_t*>(&v[i]), true, f);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          float y = lse ? round_bf16(f[j] * fac) : f[j];
+          if (g) y = y * s;
+          f[j] = y;
+        }
+        store8(reinterpret_cast<uint16_t*>(dst + c), true, f);
+      }
+    }
+  }
+}
+
 __global__ void ragged_meta_kernel(const int32_t* __restrict__ cu, int64_t nseq, int64_t token_elems,
                                    int64_t stats_elems, int32_t* __restrict__ seq, int64_t* __restrict__ off_x,
                                    int64_t* __restrict__ off_s) {
@@ -360,7 +412,9 @@ void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvKernel whic
   MAGI2_CUDA_CHECK_LAUNCH("attn_qkv");
 }
 
-void attn_out(const AttnOutParams& p, cudaStream_t s) {
+void attn_out(const AttnOutParams& p, cudaStream_t s) { attn_out_variant(p, s, AttnOutKernel::kAuto); }
+
+void attn_out_variant(const AttnOutParams& p, cudaStream_t s, AttnOutKernel which) {
   MAGI2_CHECK(p.o.defined() && p.o.dim() == 3, "attn_out.o: expected [T, H, hd]");
   const int64_t t = p.o.size(0), h = p.o.size(1), hd = p.o.size(2);
   check_thd(p.o, p.o.shape(), "attn_out.o");
@@ -384,6 +438,13 @@ void attn_out(const AttnOutParams& p, cudaStream_t s) {
   }
   if (t == 0 || h == 0) return;
   const bool vec = aligned16(p.o.data()) && aligned16(p.out.data());
+  if (vec && h <= 32 && which != AttnOutKernel::kHalfWarp) {
+    attn_out_rows_kernel<<<static_cast<unsigned>((t + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0, s>>>(
+        p.o.data_as<uint16_t>(), lse, sinks, p.g.data_as<uint16_t>(), p.g.row_stride(), rows,
+        p.out.data_as<uint16_t>(), t, static_cast<int>(h), static_cast<int>(hd));
+    MAGI2_CUDA_CHECK_LAUNCH("attn_out");
+    return;
+  }
   attn_out_kernel<<<vec_blocks(t * h), kThreads, 0, s>>>(p.o.data_as<uint16_t>(), lse, sinks,
                                                          p.g.data_as<uint16_t>(), p.g.row_stride(), rows,
                                                          p.out.data_as<uint16_t>(), t, static_cast<int>(h),

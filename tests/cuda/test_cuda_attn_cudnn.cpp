@@ -23,7 +23,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/attn_ops.h"
-#include "cuda/attn_qkv_variant.h"
+#include "cuda/attn_glue_variants.h"
 #include "cuda/backend_cuda.h"
 #include "cuda_fixture.h"
 #include "ops/ops.h"
@@ -195,6 +195,12 @@ TEST_F(CudnnAttentionTest, AttnOutMatchesCpu) {
     gpu_->attn_out({.o = d_o, .lse = with_lse ? d_lse : Tensor(), .sinks = d_s, .head_begin = 3,
                     .g = d_gw.slice_cols(5, 5 + h), .src_rows = d_rows, .out = got});
     const Tensor g = down(got);
+    // The per-(row, head) kernel, the oracle of the per-row default: the same bytes.
+    Tensor hw = poisoned({t, h, hd}, DType::BF16);
+    cuda::attn_out_variant({.o = d_o, .lse = with_lse ? d_lse : Tensor(), .sinks = d_s, .head_begin = 3,
+                            .g = d_gw.slice_cols(5, 5 + h), .src_rows = d_rows, .out = hw},
+                           static_cast<cudaStream_t>(cuda_stream_of(*gpu_)), cuda::AttnOutKernel::kHalfWarp);
+    EXPECT_EQ(count_diff(down(hw), g, "attn_out: half-warp kernel vs the row kernel"), 0);
     const UlpStats us = ulp_stats(g, want);
     const int64_t n = count_diff(g, want, with_lse ? "attn_out with the sink" : "attn_out, no sink");
     if (with_lse) {

@@ -1,5 +1,5 @@
-// The producer kernels of attn_qkv (attn_glue.cu), for the parity test and
-// bench_attention: every kernel gives the same bytes.
+// The kernels of attn_qkv and attn_out (attn_glue.cu), for the parity tests and
+// bench_attention: the kernels of one op give the same bytes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,5 +20,16 @@ enum class AttnQkvKernel {
 
 /// AttnQkvParams with a chosen kernel (same checks and bytes as attn_qkv).
 void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvKernel kernel);
+
+/// Which attn_out kernel runs.
+enum class AttnOutKernel {
+  kAuto,      ///< kRows where it applies, else kHalfWarp (what attn_out runs)
+  kHalfWarp,  ///< one half-warp per (row, head); any head count; the oracle of kRows
+  kRows,      ///< one warp per output row, all heads (<= 32 heads, 16-byte aligned rows, head dim % 8 == 0):
+              ///< the sink factor and gate computed once per head and shuffled, 16-byte steps in flight
+};
+
+/// AttnOutParams with a chosen kernel (same checks and bytes as attn_out).
+void attn_out_variant(const AttnOutParams& p, cudaStream_t s, AttnOutKernel kernel);
 
 }  // namespace magi2::cuda
