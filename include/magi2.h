@@ -61,7 +61,7 @@ typedef struct {
 
 /* One request. Strings may be NULL (= unset); outputs left NULL are not written. */
 typedef struct {
-  const char* prompt;           /* required */
+  const char* prompt;           /* required: some non-whitespace text (else MAGI2_ERR_INVALID) */
   const char* negative_prompt;  /* NULL: the official one */
   const char* image;            /* I2VA reference image (PNG/JPEG) */
   double seconds;               /* clip length; default 10 */

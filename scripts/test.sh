@@ -3,6 +3,8 @@
 # incrementally first, then the hardening checks (scripts/hardening.sh,
 # docs/hardening.md: ASan+UBSan unit/golden tests and short fuzz runs), which
 # CI runs every time. MAGI2_HARDENING=0 skips them for a quick local run.
+# set -e: a failed build or CTest run ends the script there, before the
+# hardening checks (bash scripts/hardening.sh runs them alone).
 # Usage: bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

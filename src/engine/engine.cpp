@@ -385,7 +385,6 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
     const EngineOptions& o = s.config;
     MAGI2_CHECK(!o.prompt_enhancement.base_url.empty(), p.label,
                 ": prompt enhancement was asked for, but no endpoint is configured (--pe-base-url)");
-    MAGI2_CHECK(!p.prompt.empty(), p.label, ": prompt enhancement needs a non-empty prompt");
     r.prompt_before_enhancement = p.prompt;
     try {
       r.enhancement = pe::enhance_prompt(o.prompt_enhancement, pe_request_of(o, r));

@@ -105,7 +105,9 @@ struct Limits {
 struct GenerateParams {
   /// Names this request in error messages ("--prompt", "sample 3", "request vid_...").
   std::string label = "--prompt";
-  std::string prompt;           ///< text prompt (plain or the official enhanced JSON); may be empty
+  /// Text prompt (plain or the official enhanced JSON); must hold some
+  /// non-whitespace text unless `text_features` is given (validate()).
+  std::string prompt;
   /// Precomputed text features (safetensors raw_txt_feat, raw_null_txt_feat, optional
   /// special_token) used instead of encoding `prompt` and the negative prompt.
   std::string text_features;
@@ -158,7 +160,9 @@ struct GenerateParams {
 /// weights, router bias, offload or CUDA kernel choice.
 void validate(const EngineOptions& c);
 
-/// Checks a request before any model work: resolution, width/height pairing,
+/// Checks a request before any model work: a prompt that is empty or only
+/// whitespace when the request encodes one (prompt_problem; named by
+/// `label`), resolution, width/height pairing,
 /// every number within Limits (steps: -1 = the config's, else 1..kMaxSteps),
 /// guidance scales finite, every output path distinct from the inputs
 /// (--image, --text-features, --noise, --routing-override) and from the other

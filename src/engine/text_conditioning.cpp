@@ -43,6 +43,30 @@ std::string read_prompt_file(const std::string& path) {
   return qwen35::utf8_encode(std::u32string_view(text).substr(b, e - b));
 }
 
+std::string prompt_problem(std::string_view prompt) {
+  if (prompt.empty()) return "is empty";
+  // ASCII first: one printable byte settles it without decoding.
+  bool ascii = true;
+  for (const char ch : prompt) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x80)
+      ascii = false;
+    else if (!py_isspace(c))
+      return "";
+  }
+  if (!ascii) {
+    std::u32string cps;
+    try {
+      cps = qwen35::utf8_decode(prompt, "prompt");
+    } catch (const Error&) {
+      return "";  // not blank; the tokenizer reports the bad bytes with their position
+    }
+    for (const char32_t c : cps)
+      if (!py_isspace(c)) return "";
+  }
+  return "is only whitespace";
+}
+
 std::string plain_json_message(const std::string& what) {
   std::string m = what;
   for (;;) {

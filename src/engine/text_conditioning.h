@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "models/qwen35/text_encoder.h"
 #include "ops/ops.h"
@@ -24,6 +25,17 @@ std::string find_text_encoder_dir(const std::string& model_root, const std::stri
 /// Unicode spaces included). Errors: missing/unreadable file or invalid UTF-8
 /// (names the file).
 std::string read_prompt_file(const std::string& path);
+
+/// Why `prompt` cannot be generated from, or "" when it can: "is empty", or
+/// "is only whitespace" when every character is whitespace in Python's
+/// str.isspace sense (spaces, tabs, newlines, U+3000, ...: what the official
+/// strip() of a prompt file removes). Such a prompt gives the text encoder
+/// nothing to condition on (an empty one fails inside the Gated DeltaNet), so
+/// every front end refuses it before any model work: validate(GenerateParams)
+/// for magi2 generate/refine, the C API and the server's jobs, plus the early
+/// checks of magi2 serve (its 400), encode-text and enhance-prompt. Invalid
+/// UTF-8 is not judged here: the tokenizer names it.
+std::string prompt_problem(std::string_view prompt);
 
 /// The negative prompt: `flag_value` when non-empty, else the built-in
 /// default (qwen35::default_negative_prompt()).

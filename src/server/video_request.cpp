@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "engine/text_conditioning.h"
 #include "io/image.h"
 #include "io/json_depth.h"
 #include "io/mmap_file.h"
@@ -136,7 +137,9 @@ JobRequest parse_video_request(const std::map<std::string, Field>& fields, const
   const Field* prompt = get("prompt");
   if (!prompt) bad("prompt", "'prompt' is required");
   r.prompt = p.prompt = string_field("prompt", *prompt);
-  if (r.prompt.find_first_not_of(" \t\r\n") == std::string::npos) bad("prompt", "'prompt' must not be empty");
+  // The engine's own test (validate() refuses the same when the job runs), here
+  // so the client gets a 400 naming the field instead of a failed job.
+  if (const std::string why = prompt_problem(r.prompt); !why.empty()) bad("prompt", str_cat("'prompt' ", why));
   r.model = get("model") ? string_field("model", *get("model")) : "magi2-preview";
   r.seconds = "10";
   if (const Field* f = get("seconds")) {

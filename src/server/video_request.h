@@ -42,8 +42,8 @@ struct RequestLimits {
   bool prompt_enhancement = false;
 };
 
-/// Parses the fields of one POST /v1/videos. Known fields: prompt (required),
-/// model, seconds, size ("WxH") or resolution (272p|540p), seed,
+/// Parses the fields of one POST /v1/videos. Known fields: prompt (required,
+/// not empty or only whitespace: prompt_problem), model, seconds, size ("WxH") or resolution (272p|540p), seed,
 /// negative_prompt, num_inference_steps, guidance_scale,
 /// video_guidance_scale, audio_guidance_scale, preview_every, enhance_prompt
 /// (boolean; 400 when limits.prompt_enhancement is off), input_reference (an image: file part, or a data: URL string or

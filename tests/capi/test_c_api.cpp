@@ -101,6 +101,16 @@ TEST(CApi, GeneratesTheCliClipAndCancels) {
   p.width = 40;  // even (MP4) but not a multiple of 16 (the latent grid)
   EXPECT_EQ(magi2_generate(e, &p, &r), MAGI2_ERR_INVALID);
   EXPECT_NE(std::string(magi2_last_error()).find("16"), std::string::npos) << magi2_last_error();
+  // A blank prompt: refused by the engine's request check, before any step.
+  p.width = 32;
+  c = {};
+  for (const char* blank : {"", " \t\n "}) {
+    p.prompt = blank;
+    EXPECT_EQ(magi2_generate(e, &p, &r), MAGI2_ERR_INVALID) << blank;
+    EXPECT_NE(std::string(magi2_last_error()).find("prompt: the prompt is"), std::string::npos) << magi2_last_error();
+  }
+  EXPECT_EQ(c.progress, 0);
+  EXPECT_FALSE(std::filesystem::exists(mp4_cancel));
   magi2_engine_free(e);
 }
 

@@ -1,5 +1,5 @@
 // Bad input to the magi2 binary: one clear line on stderr naming the thing at
-// fault and a non-zero exit, and no output file left behind.
+// fault and exit status 1, and no output file left behind.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -119,6 +119,30 @@ TEST(CliErrors, FlagParsingErrorsAreOneLine) {
   expect_one_line_error(magi2(gen("--num-inference-steps abc")), "abc");
   expect_one_line_error(magi2(gen("--seed 99999999999999999999 --save-latents /tmp/x.safetensors")), "--seed");
   expect_one_line_error(magi2(gen("--seed -1 --save-latents /tmp/x.safetensors")), "--seed");
+}
+
+// One failure status (README "Command line"): 1 whether CLI11 refuses the
+// flags or the command refuses a value later; 0 for --help and --version.
+TEST(CliErrors, ExitStatusIsOneForEveryFailure) {
+  const std::string out = " --save-latents /tmp/magi2_exit_x.safetensors";
+  for (const char* ok : {"--help", "--version", "generate --help", "serve --help"}) EXPECT_EQ(magi2(ok).rc, 0) << ok;
+  const std::string bad_runs[] = {
+      "",                                        // no command (CLI11)
+      "generat",                                 // unknown command
+      gen("--num-inference-step 8" + out),       // unknown flag (CLI11)
+      gen("--num-inference-steps abc" + out),    // not a number (CLI11)
+      gen("--moe-max-rows 0" + out),             // out of range (CLI11)
+      gen("--threads 100000" + out),             // out of range (CLI11)
+      "generate --prompt x --width 17 --height 64" + out,  // out of range (validate())
+      gen("--seed -1" + out),                    // out of range (generate)
+      "generate --prompt ' '" + out,             // blank prompt (validate())
+      gen(""),                                   // no output
+      "inspect /nonexistent/model"};             // missing input
+  for (const std::string& bad : bad_runs) {
+    const CliRun r = magi2(bad);
+    EXPECT_EQ(r.rc, 1) << bad << "\n" << r.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists("/tmp/magi2_exit_x.safetensors"));
 }
 
 TEST(CliErrors, MissingFiles) {

@@ -233,6 +233,9 @@ TEST_F(EnhancePrompt, BadFlags) {
   expect_one_line_error(enhance("--prompt fox --task i2v --pe-base-url " + server_.base_url()), "--task i2v needs --image");
   expect_one_line_error(enhance("--prompt fox --image " + dir_ + "/none.png --pe-base-url " + server_.base_url()),
                         "--image");
+  // A blank prompt has nothing to rewrite: refused before any request.
+  expect_one_line_error(enhance("--prompt ' \t ' --pe-base-url " + server_.base_url()),
+                        "--prompt: the prompt is only whitespace");
   EXPECT_TRUE(server_.seen().empty());
 }
 

@@ -59,7 +59,19 @@ TEST(GenerateFromPrompt, PromptToLatentsOnBuiltinTiny) {
   // Errors of the prompt path: one line each, before the denoising loop.
   CliRun e;
   e.rc = run_command(env + magi2_binary() + common + "--prompt '' --save-latents " + dir + "/x.safetensors", &e.out);
-  expect_one_line_error(e, "empty");
+  expect_one_line_error(e, "--prompt: the prompt is empty");
+  // Whitespace only is no prompt either: refused by the engine's request
+  // check before any model work (the missing text encoder is never reached).
+  e.rc = run_command(env + magi2_binary() + common +
+                         "--prompt ' \t\n ' --text-encoder /nonexistent/te --save-latents " + dir + "/x.safetensors",
+                     &e.out);
+  expect_one_line_error(e, "--prompt: the prompt is only whitespace");
+  EXPECT_EQ(e.rc, 1);
+  const std::string blank = write_file(dir + "/blank.txt", " \n\t\xE3\x80\x80\n");  // stripped as Python does
+  e.rc = run_command(env + magi2_binary() + common + "--prompt-file " + blank + " --save-latents " + dir +
+                         "/x.safetensors",
+                     &e.out);
+  expect_one_line_error(e, "--prompt-file " + blank + ": the prompt is empty");
   e.rc = run_command(env + magi2_binary() + common + "--prompt a --text-features x.safetensors --save-latents " + dir +
                          "/x.safetensors",
                      &e.out);
@@ -105,7 +117,12 @@ TEST(GenerateFromPrompt, SamplesBatch) {
   r.rc = run_command(
       env + magi2_binary() + common + "--samples " + write_file(dir + "/empty.json", R"([{"prompt": ""}])") + out,
       &r.out);
-  expect_one_line_error(r, "sample 0");
+  expect_one_line_error(r, "sample 0: the prompt is empty");
+  // One blank sample fails the whole batch up front, naming it.
+  r.rc = run_command(env + magi2_binary() + common + "--samples " +
+                         write_file(dir + "/blank.json", R"([{"prompt": "a"}, {"prompt": " \n\t "}])") + out,
+                     &r.out);
+  expect_one_line_error(r, "sample 1: the prompt is only whitespace");
   EXPECT_FALSE(fs::exists(dir + "/x_sample_000.safetensors"));
 }
 

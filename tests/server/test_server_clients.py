@@ -273,6 +273,9 @@ class ServerTests(unittest.TestCase):
         ok = dict(prompt="a red fox", **SMALL)
         cases = [
             ({"seconds": "1"}, 400, "prompt"),
+            (dict(ok, prompt=""), 400, "prompt"),
+            (dict(ok, prompt=" \t\r\n "), 400, "prompt"),  # blank: the engine's own test, as a 400
+            (dict(ok, prompt="\u3000"), 400, "prompt"),
             (dict(ok, seconds="soon"), 400, "seconds"),
             (dict(ok, seconds="-1"), 400, "seconds"),
             (dict(ok, seconds="1000"), 400, "seconds"),

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "engine/params.h"
+#include "engine/text_conditioning.h"
 #include "io/safetensors.h"
 #include "models/qwen35/prompt.h"
 #include "models/qwen35/tokenizer.h"
@@ -274,6 +276,36 @@ TEST(TokenizerErrors, BadInputs) {
   EXPECT_EQ(tok->encode("", opt).size(), 0u);
   opt.max_length = 0;
   EXPECT_TRUE(test::throws_with([&] { tok->encode("abc", opt); }, {"max_length 0"}));
+}
+
+// The tokenizer refuses only "" (above); the engine's request check refuses a
+// blank prompt too, before any model work, for every front end.
+TEST(TokenizerErrors, BlankPromptsAreRefusedBeforeTheEncoder) {
+  EXPECT_EQ(prompt_problem(""), "is empty");
+  for (const char* blank : {" ", "\t", "\n", " \t\r\n ", "\v\f", "\xE3\x80\x80", "\xC2\xA0 \xE2\x80\x83"})
+    EXPECT_EQ(prompt_problem(blank), "is only whitespace") << ::testing::PrintToString(std::string(blank));
+  // Any other character is a prompt: control and zero-width characters
+  // (not str.isspace), and invalid UTF-8 (left to the tokenizer to name).
+  for (const char* text : {"a", " a ", "\n.\n", "\x01", "\xE2\x80\x8B", " \xFF "})
+    EXPECT_EQ(prompt_problem(text), "") << ::testing::PrintToString(std::string(text));
+
+  GenerateParams p;
+  p.latents_path = "/tmp/magi2_blank_prompt.safetensors";
+  p.prompt = "a fox";
+  EXPECT_NO_THROW(validate(p));
+  p.prompt = " \t\n ";
+  EXPECT_TRUE(test::throws_with([&] { validate(p); }, {"--prompt: the prompt is only whitespace"}));
+  p.label = "sample 3";
+  p.prompt = "";
+  EXPECT_TRUE(test::throws_with([&] { validate(p); }, {"sample 3: the prompt is empty"}));
+  // Precomputed features take the prompt's place: no prompt is needed.
+  p.text_features = "/tmp/magi2_blank_prompt_features.safetensors";
+  EXPECT_NO_THROW(validate(p));
+  // An empty negative prompt is the official default, not an error.
+  p.text_features.clear();
+  p.prompt = "a fox";
+  p.negative_prompt = "";
+  EXPECT_NO_THROW(validate(p));
 }
 
 TEST(TokenizerErrors, MalformedTokenizerJson) {

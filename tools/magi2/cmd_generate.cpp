@@ -202,7 +202,8 @@ int run_generate(const GenerateArgs& a) {
   MAGI2_CHECK(!(a.no_decode && decode), "--no-decode stops at the latents, so it cannot go with -o FILE.mp4, "
               "--save-frames or --save-audio");
   validate(ec);
-  validate(base);
+  // validate(base) waits for the jobs: the prompt (checked there, before any
+  // model work) comes from --prompt-file or --samples only below.
   check_output_path(base.latents_path, a.save_latents.empty() ? "-o" : "--save-latents");
   check_output_path(a.metrics, "--metrics");
 
@@ -233,8 +234,8 @@ int run_generate(const GenerateArgs& a) {
     jobs.push_back(std::move(p));
   }
 
-  // Every request is checked before any work (numbers, paths, images), so an
-  // impossible sample fails the batch up front; prompts are then encoded one
+  // Every request is checked before any work (prompt, numbers, paths,
+  // images), so an impossible sample fails the batch up front; prompts are then encoded one
   // sample at a time, just before its loop, so only one sample's features are
   // held and the first step starts after one encoding, not N.
   for (const GenerateParams& p : jobs) validate(p);

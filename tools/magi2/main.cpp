@@ -1,6 +1,6 @@
 // magi2: the command-line entry point. Each subcommand lives in its own
 // cmd_<name>.cpp and registers through commands.h. Every failure, flag
-// parsing included, ends in one line "magi2: error: ..." and a non-zero exit.
+// parsing included, ends in one line "magi2: error: ..." and exit status 1.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -13,13 +13,21 @@
 
 namespace {
 
-int fail(const std::string& msg, int code) {
+// Exit statuses (README "Command line"): 0 for success, --help and
+// --version; 1 for every failure. One failure status, as llama.cpp and
+// stable-diffusion.cpp have: a value out of range is refused while CLI11
+// parses for some flags (--threads, --moe-max-rows) and after it for others
+// (--width by the engine's validate(), --seed by generate), and scripts must
+// not see that split in the status.
+constexpr int kExitFailure = 1;
+
+int fail(const std::string& msg) {
   std::string line = msg;
   for (char& ch : line)
     if (ch == '\n') ch = ' ';
   while (!line.empty() && line.back() == ' ') line.pop_back();
   std::fprintf(stderr, "magi2: error: %s\n", line.c_str());
-  return code;
+  return kExitFailure;
 }
 
 }  // namespace
@@ -38,7 +46,7 @@ int main(int argc, char** argv) {
       found = found || c.sub->get_name() == argv[1];
       known += (known.empty() ? "" : ", ") + c.sub->get_name();
     }
-    if (!found) return fail(magi2::str_cat("unknown command '", argv[1], "' (commands: ", known, ")"), 2);
+    if (!found) return fail(magi2::str_cat("unknown command '", argv[1], "' (commands: ", known, ")"));
   }
   try {
     app.parse(argc, argv);
@@ -48,16 +56,16 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    return fail(magi2::str_cat(e.what(), " (see magi2 --help)"), 2);
+  } catch (const CLI::ParseError& e) {  // not app.exit(e): CLI11's codes (105, 106, ...) would leak out
+    return fail(magi2::str_cat(e.what(), " (see magi2 --help)"));
   }
   try {
     for (auto& c : cmds)
       if (c.parsed()) return c.run();
   } catch (const std::bad_alloc&) {
-    return fail("out of memory", 1);
+    return fail("out of memory");
   } catch (const std::exception& e) {
-    return fail(e.what(), 1);
+    return fail(e.what());
   }
   return 0;
 }
