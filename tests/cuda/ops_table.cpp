@@ -192,6 +192,38 @@ OpEntry attention_entry(std::vector<int32_t> cu, int64_t h, int64_t hd, int head
           }};
 }
 
+/// The attention producer (q/k RMSNorm, RoPE, the permutation into token order, v gathered) on a
+/// [t, 3 h hd] qkv buffer with a rope table of 6 nb columns; bit-exact (test_cuda_attn_cudnn).
+OpEntry attn_qkv_entry(int64_t t, int64_t h, int64_t hd, int64_t nb) {
+  const std::string s = dims({t, h, hd}) + ", rotary " + std::to_string(6 * nb) + ", 3 groups, permuted rows";
+  return {"attn_qkv", s, exact(), 0, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            Tensor qkv = b.in(b.uniform({t, 3 * h * hd}, kBf16, -3.f, 3.f));
+            Tensor qn = b.in(b.uniform({3 * hd}, kF32, -0.5f, 0.5f)), kn = b.in(b.uniform({3 * hd}, kF32, -0.5f, 0.5f));
+            Tensor table = b.in(b.uniform({t, 6 * nb}, kF32, -1.f, 1.f));
+            const AttnQkvParams p{.qkv = qkv, .q_norm = qn, .k_norm = kn, .table = table,
+                                  .src_rows = b.in_i32(permutation(b, t)), .q = b.out({t, h, hd}, kBf16),
+                                  .k = b.out({t, h, hd}, kBf16), .v = b.out({t, h, hd}, kBf16),
+                                  .groups = three_groups(t / 2, t * 3 / 4, t)};
+            return b.done([&be, p] { be.attn_qkv(p); });
+          }};
+}
+
+/// The attention consumer (sink factor, output gate, the permutation back) with a head slice of the
+/// sinks; within 1 ulp (CUDA's log1pf in the sink factor; test_cuda_attn_cudnn).
+OpEntry attn_out_entry(int64_t t, int64_t h, int64_t hd) {
+  const std::string s = dims({t, h, hd}) + ", sink head slice, permuted rows";
+  return {"attn_out", s, ulps(1), 0, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            const AttnOutParams p{.o = b.in(b.uniform({t, h, hd}, kBf16, -2.f, 2.f)),
+                                  .lse = b.in(b.uniform({t, h}, kF32, -3.f, 3.f)),
+                                  .sinks = b.in(b.uniform({h + 3}, kF32, -3.f, 3.f)), .head_begin = 3,
+                                  .g = b.in(b.uniform({t, h}, kBf16, -2.f, 2.f)),
+                                  .src_rows = b.in_i32(permutation(b, t)), .out = b.out({t, h, hd}, kBf16)};
+            return b.done([&be, p] { be.attn_out(p); });
+          }};
+}
+
 /// The refiner's block-window attention (GQA) on a t x h x w grid with `text` tokens:
 /// the pair list of make_refiner_plan for `win`.
 OpEntry block_sparse_entry(int64_t frames, int64_t height, int64_t width, int64_t text, int64_t hq, int64_t hk,
@@ -490,6 +522,8 @@ std::vector<OpEntry> backend_op_table() {
                  }});
   }
 
+  t.push_back(attn_qkv_entry(2048, 24, 128, 16));
+  t.push_back(attn_out_entry(2048, 24, 128));
   t.push_back(attention_entry({0, 1024, 1024, 2048}, 24, 128, 0, 3.5f));
   t.push_back(attention_entry({0, 5, 37, 100}, 4, 64, 2, 1.7f));
   t.push_back(attention_entry({0, 700}, 4, 64, 0, 7.f));
