@@ -7,7 +7,8 @@
 // backend's linear). CUDA events on the backend's stream, median of N timed
 // runs after warm-ups; TFLOP/s counts 4 * L^2 * hd * H per sample.
 //
-// Usage: bench_attention [--reps N] [--fp32]   (--fp32 also times the fp32 kernel at 272p, ~0.2 s a call)
+// Usage: bench_attention [--reps N] [--fp32] [--cudnn-plans]   (--fp32 also times the fp32 kernel at 272p,
+// ~0.2 s a call; --cudnn-plans times every SDPA plan cuDNN's heuristics A, B and fallback offer)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -90,7 +91,7 @@ double copy_gbs(Backend& be, Bench& b) {
 
 /// Times one request shape; returns the core's milliseconds.
 double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int32_t>& lens, double ceil, double copy,
-                 bool fp32) {
+                 bool fp32, bool plans) {
   const int64_t h = 24, hd = 128, d = h * hd, nb = 16;
   std::vector<int32_t> cu = {0};
   for (int32_t l : lens) cu.push_back(cu.back() + l);
@@ -186,6 +187,16 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
               out_bytes / t_cons * 1e-6, out_bytes / t_cons * 1e-6 / copy);
   std::printf("block / core = %.3f (target <= 1.1); unfused / fused = %.3f\n", t_block / t_core,
               t_unfused / t_block);
+  if (plans) {
+    std::printf("every cuDNN SDPA plan of this shape (median of 5 runs each; the engine's default is the first "
+                "heuristics-A plan):\n");
+    for (const auto& [name, ms] : cuda::cudnn_sdpa_plan_times(core_p, st, 5))
+      std::printf("| cuDNN plan %s | %.3f | %.1f | %.3f |\n", name.c_str(), ms, tf(ms), tf(ms) / ceil);
+    // The attention op again after the listing (clock drift). A plan timed alone between two events
+    // reads ~0.5 ms lower at 272p than the same plan with any other op in the window (measured on the
+    // H200, 2026-12-04 fifth session): compare plans with each other, not with the op's row.
+    row("core again (the attention op, eager)", b.time(core));
+  }
   if (fp32) {
     Bench slow{be, b.s, 3};
     const double t32 = slow.time([&] { cuda::attention_fp32(sink_p, st); });
@@ -196,15 +207,17 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
 
 int run(int argc, char** argv) {
   int reps = 15;
-  bool fp32 = false;
+  bool fp32 = false, plans = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--fp32"))
       fp32 = true;
+    else if (!std::strcmp(argv[i], "--cudnn-plans"))
+      plans = true;
     else
       throw Error(str_cat("bench_attention: unknown argument '", argv[i],
-                          "' (usage: bench_attention [--reps N] [--fp32])"));
+                          "' (usage: bench_attention [--reps N] [--fp32] [--cudnn-plans])"));
   }
   if (cuda_device_count() == 0) throw Error("bench_attention: no CUDA GPU present");
   auto be = make_cuda_backend(0);
@@ -214,12 +227,12 @@ int run(int argc, char** argv) {
   std::printf("GPU: %s; median of %d runs after 3 warm-ups, CUDA events on the backend stream\n", prop.name, reps);
   const double ceil = ceiling_tflops(*be, b);
   const double copy = copy_gbs(*be, b);
-  const double t272 = run_shape(*be, b, "272p", {14886, 14986}, ceil, copy, fp32);
+  const double t272 = run_shape(*be, b, "272p", {14886, 14986}, ceil, copy, fp32, plans);
   // Without cuDNN (fp32 fallback, ~0.2 s a call at 272p) 540p would take minutes.
   if (t272 > 50.0)
     std::printf("\n540p skipped: the core took %.1f ms at 272p (no cuDNN plan?)\n", t272);
   else
-    run_shape(*be, b, "540p", {57894, 57994}, ceil, copy, false);
+    run_shape(*be, b, "540p", {57894, 57994}, ceil, copy, false, plans);
   return 0;
 }
 

@@ -32,6 +32,7 @@
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +41,9 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace magi2::cuda {
 
@@ -132,7 +136,8 @@ void check_not_capturing(cudaStream_t s, const std::string& what) {
                         " was built before stream capture (run one eager forward of this request shape first)"));
 }
 
-std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const AttentionShape& a, float scale) {
+// The SDPA graph of one request shape (ragged THD, padding mask, stats), not yet finished.
+std::shared_ptr<fe::graph::Graph> sdpa_graph(const AttentionShape& a, float scale) {
   const int64_t b = a.nseq, h = a.h, s = a.max_len, d = a.hd;
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(fe::DataType_t::BFLOAT16)
@@ -163,6 +168,12 @@ std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const AttentionShape& a, 
   stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({b, h, s, 1})
       .set_stride({s * h, 1, h, 1}).set_ragged_offset(index("ragged_offset_stats", kOffStats, b + 1,
                                                             fe::DataType_t::INT64));
+  return g;
+}
+
+std::unique_ptr<Plan> build_plan(cudnnHandle_t handle, const AttentionShape& a, float scale) {
+  const int64_t b = a.nseq, h = a.h;
+  auto g = sdpa_graph(a, scale);
   const int64_t ws = finish_graph(*g, handle);
   auto plan = std::make_unique<Plan>();
   plan->graph = g;
@@ -282,6 +293,65 @@ bool causal_attention_cudnn(const CausalAttentionParams& p, int64_t t, int64_t h
   return true;
 }
 
+std::vector<std::pair<std::string, double>> cudnn_sdpa_plan_times(const AttentionParams& p, cudaStream_t s,
+                                                                  int reps) {
+  const AttentionShape a = check_attention(p);
+  std::vector<std::pair<std::string, double>> out;
+  if (a.t == 0 || a.h == 0 || a.max_len == 0 || !p.lse.defined()) return out;
+  check_not_capturing(s, "cudnn_sdpa_plan_times");
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  ensure_handle(st);
+  auto g = sdpa_graph(a, p.scale);
+  check_fe(g->validate(), "validate");
+  check_fe(g->build_operation_graph(st.handle), "build_operation_graph");
+  check_fe(g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::B, fe::HeurMode_t::FALLBACK}),
+           "create_execution_plans");
+  check_fe(g->check_support(st.handle), "check_support");
+  check_fe(g->build_plans(st.handle, fe::BuildPlanPolicy_t::ALL), "build_plans");
+  const int64_t n = g->get_execution_plan_count();
+  int64_t ws = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t w = 0;
+    if (g->get_workspace_size_plan_at_index(i, w).is_good()) ws = std::max(ws, w);
+  }
+  Plan bufs;  // the buffers only (freed on return)
+  bufs.workspace = ws > 0 ? device_alloc<char>(static_cast<size_t>(ws)) : nullptr;
+  bufs.seq = device_alloc<int32_t>(a.nseq);
+  bufs.off_x = device_alloc<int64_t>(a.nseq + 1);
+  bufs.off_s = device_alloc<int64_t>(a.nseq + 1);
+  ragged_meta(a.cu, a.nseq, a.h * a.hd, a.h, bufs.seq, bufs.off_x, bufs.off_s, s);
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, p.q.data()},     {kK, p.k.data()},      {kV, p.v.data()},       {kO, p.o.data()},
+      {kStats, p.lse.data()}, {kSeqQ, bufs.seq},   {kSeqKv, bufs.seq},     {kOffQ, bufs.off_x},
+      {kOffK, bufs.off_x},  {kOffV, bufs.off_x},   {kOffO, bufs.off_x},    {kOffStats, bufs.off_s}};
+  if (cudnnSetStream(st.handle, s) != CUDNN_STATUS_SUCCESS) throw Error("cuDNN: cudnnSetStream failed");
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  MAGI2_CUDA_CHECK(cudaEventCreate(&e0));
+  MAGI2_CUDA_CHECK(cudaEventCreate(&e1));
+  for (int64_t i = 0; i < n; ++i) {
+    std::string name;
+    if (g->get_plan_name_at_index(i, name).is_bad()) name = str_cat("plan ", i);
+    if (g->execute_plan_at_index(st.handle, pack, bufs.workspace, i).is_bad()) continue;  // warm-up
+    std::vector<double> ms;
+    for (int r = 0; r < reps; ++r) {
+      MAGI2_CUDA_CHECK(cudaEventRecord(e0, s));
+      const bool ok = g->execute_plan_at_index(st.handle, pack, bufs.workspace, i).is_good();
+      MAGI2_CUDA_CHECK(cudaEventRecord(e1, s));
+      MAGI2_CUDA_CHECK(cudaEventSynchronize(e1));
+      float t = 0;
+      MAGI2_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      if (ok) ms.push_back(t);
+    }
+    if (ms.empty()) continue;
+    std::sort(ms.begin(), ms.end());
+    out.emplace_back(name, ms[ms.size() / 2]);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return out;
+}
+
 void attention(const AttentionParams& p, cudaStream_t s, bool fp32_only) {
   const AttentionShape a = check_attention(p);
   if (a.t == 0 || a.h == 0 || a.max_len == 0) return;
@@ -309,6 +379,9 @@ void attention(const AttentionParams& p, cudaStream_t s, bool fp32_only) {
 
 namespace magi2::cuda {
 void attention(const AttentionParams& p, cudaStream_t s, bool) { attention_fp32(p, s); }
+std::vector<std::pair<std::string, double>> cudnn_sdpa_plan_times(const AttentionParams&, cudaStream_t, int) {
+  return {};
+}
 bool causal_attention_cudnn(const CausalAttentionParams&, int64_t, int64_t, int64_t, int64_t, cudaStream_t) {
   return false;
 }

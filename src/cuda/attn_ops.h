@@ -5,6 +5,10 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "ops/ops.h"
 
 namespace magi2::cuda {
@@ -35,6 +39,12 @@ AttentionShape check_attention(const AttentionParams& p);
 /// request shape; throws if that first call happens during stream capture.
 /// `fp32_only` (CudaOptions::attention "fp32") always takes attention_fp32.
 void attention(const AttentionParams& p, cudaStream_t s, bool fp32_only = false);
+/// Diagnostics (bench_attention --cudnn-plans): builds p's SDPA graph (with lse)
+/// with every plan cuDNN's heuristics A, B and fallback offer, runs each `reps`
+/// times on p's buffers (overwriting o and lse) and returns (plan name, median
+/// ms) per plan that ran. Synchronises; outside capture. Empty without cuDNN or lse.
+std::vector<std::pair<std::string, double>> cudnn_sdpa_plan_times(const AttentionParams& p, cudaStream_t s,
+                                                                  int reps);
 /// AttentionParams (deferred sink too): the fp32 CUDA-core flash kernel
 /// (attention.cu), head dims 64 and 128; the fallback and test oracle.
 void attention_fp32(const AttentionParams& p, cudaStream_t s);
