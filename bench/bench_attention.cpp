@@ -1,5 +1,6 @@
 // Times the DiT's attention block on the CUDA backend (issue 10, docs/perf.md):
-// the core (cuDNN SDPA with the deferred sink's LSE), the whole fused block
+// the core (the attention op with the deferred sink's LSE: the own flash
+// kernel under --cuda-attention auto, and cuDNN SDPA), the whole fused block
 // (attn_qkv + core + attn_out, i.e. after the qkv GEMM to before the output
 // projection), the same block unfused (the op sequence Dit::attention ran
 // before: 2 x rms_norm, 2 x rope, gather v, attention with the sink, gather o,
@@ -7,8 +8,10 @@
 // backend's linear). CUDA events on the backend's stream, median of N timed
 // runs after warm-ups; TFLOP/s counts 4 * L^2 * hd * H per sample.
 //
-// Usage: bench_attention [--reps N] [--fp32] [--cudnn-plans]   (--fp32 also times the fp32 kernel at 272p,
-// ~0.2 s a call; --cudnn-plans times every SDPA plan cuDNN's heuristics A, B and fallback offer)
+// Usage: bench_attention [--reps N] [--fp32] [--cudnn-plans] [--flash]   (--fp32 also times the fp32 kernel at
+// 272p, ~0.2 s a call; --cudnn-plans times every SDPA plan cuDNN's heuristics A, B and fallback offer;
+// --flash times the own Hopper flash kernel and compares its o and lse with cuDNN's, and at 272p with the
+// fp32 kernel's)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "cuda/attn_ops.h"
+#include "cuda/attention_flash.h"
 #include "cuda/attn_glue_variants.h"
 #include "cuda/backend_cuda.h"
 #include "cuda/cuda_common.h"
@@ -89,9 +93,25 @@ double copy_gbs(Backend& be, Bench& b) {
   return gbs;
 }
 
+/// rms(a - b) / rms(b) and max |a - b| over two same-shape device tensors (bf16 or f32).
+std::pair<double, double> diff(Backend& be, const Tensor& a, const Tensor& b) {
+  const Tensor ha = to_host(be, a), hb = to_host(be, b);
+  auto at = [](const Tensor& x, int64_t i) {
+    return x.dtype() == DType::F32 ? double(x.data_as<float>()[i]) : double(bf16_bits_to_f32(x.data_as<uint16_t>()[i]));
+  };
+  double num = 0, den = 0, mx = 0;
+  for (int64_t i = 0; i < ha.numel(); ++i) {
+    const double d = at(ha, i) - at(hb, i);
+    num += d * d;
+    den += at(hb, i) * at(hb, i);
+    mx = std::max(mx, std::fabs(d));
+  }
+  return {std::sqrt(num / std::max(den, 1e-300)), mx};
+}
+
 /// Times one request shape; returns the core's milliseconds.
 double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int32_t>& lens, double ceil, double copy,
-                 bool fp32, bool plans) {
+                 bool fp32, bool plans, bool flash) {
   const int64_t h = 24, hd = 128, d = h * hd, nb = 16;
   std::vector<int32_t> cu = {0};
   for (int32_t l : lens) cu.push_back(cu.back() + l);
@@ -124,13 +144,16 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
   };
   const AttentionParams core_p{.q = q, .k = k, .v = v, .sinks = sinks, .o = o, .cu_seqlens = d_cu,
                                .max_seqlen = max_len, .scale = scale, .lse = lse};
-  auto core = [&] { be.attention(core_p); };
+  auto core = [&] { be.attention(core_p); };  // the op: the own flash kernel under --cuda-attention auto
+  auto st = static_cast<cudaStream_t>(cuda_stream_of(be));
+  auto cudnn = [&] { cuda::attention(core_p, st, cuda::AttentionKernel::kCudnn); };
   auto consumer = [&] { be.attn_out({.o = o, .lse = lse, .sinks = sinks, .g = gw, .src_rows = d_perm, .out = o_p}); };
   producer();
-  core();  // first call: builds the cuDNN plan of this shape
+  core();
+  cudnn();  // first call: builds the cuDNN plan of this shape
   cuda_synchronize(be);
 
-  const double t_core = b.time(core);
+  const double t_core = b.time(core), t_cudnn = b.time(cudnn);
   AttentionParams sink_p = core_p;
   sink_p.lse = Tensor();
   const double t_core_sink = b.time([&] { be.attention(sink_p); });
@@ -142,7 +165,6 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
   });
   const AttnQkvParams qkv_p{.qkv = qkv, .q_norm = qn, .k_norm = kn, .table = table, .src_rows = d_inv, .q = q,
                             .k = k, .v = v, .groups = g};
-  auto st = static_cast<cudaStream_t>(cuda_stream_of(be));
   auto variant = [&](cuda::AttnQkvKernel k) { return b.time([&] { cuda::attn_qkv_variant(qkv_p, st, k); }); };
   const double t_half = variant(cuda::AttnQkvKernel::kHalfWarp);
   const AttnOutParams out_p{.o = o, .lse = lse, .sinks = sinks, .g = gw, .src_rows = d_perm, .out = o_p};
@@ -168,8 +190,9 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
   auto row = [&](const char* what, double ms) {
     std::printf("| %s | %.3f | %.1f | %.3f |\n", what, ms, tf(ms), tf(ms) / ceil);
   };
-  row("core: cuDNN SDPA + LSE (deferred sink)", t_core);
-  row("core + in-place sink correction (attention op)", t_core_sink);
+  row("core: the attention op + LSE (deferred sink; auto = the own flash kernel)", t_core);
+  row("core: cuDNN SDPA + LSE (--cuda-attention cudnn)", t_cudnn);
+  row("core + in-place sink correction (attention op without lse: cuDNN)", t_core_sink);
   std::printf("| producer attn_qkv | %.3f | | |\n| consumer attn_out | %.3f | | |\n", t_prod, t_cons);
   row("fused block: attn_qkv + core + attn_out", t_block);
   row("unfused block (the previous op sequence)", t_unfused);
@@ -195,7 +218,62 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
     // The attention op again after the listing (clock drift). A plan timed alone between two events
     // reads ~0.5 ms lower at 272p than the same plan with any other op in the window (measured on the
     // H200, 2026-12-04 fifth session): compare plans with each other, not with the op's row.
-    row("core again (the attention op, eager)", b.time(core));
+    row("core again (cuDNN SDPA, eager)", b.time(cudnn));
+  }
+  if (flash) {
+    Tensor o2 = be.alloc({t, h, hd}, DType::BF16), lse2 = be.alloc({t, h}, DType::F32);
+    AttentionParams fp = core_p;
+    fp.o = o2;
+    fp.lse = lse2;
+    const cuda::AttentionShape a = cuda::check_attention(fp);
+    auto fl = [&] { cuda::attention_flash(fp, a, st); };
+    producer();
+    cudnn();
+    fl();
+    cuda_synchronize(be);
+    const auto [o_rel, o_max] = diff(be, o2, o);
+    const auto [l_rel, l_max] = diff(be, lse2, lse);
+    std::printf("flash vs cuDNN: o rel-RMS %.3e (max |d| %.3e), lse rel-RMS %.3e (max |d| %.3e)\n", o_rel, o_max,
+                l_rel, l_max);
+    if (fp32) {  // both against the fp32 CUDA-core kernel (fp32 scores, softmax and P V)
+      Tensor o3 = be.alloc({t, h, hd}, DType::BF16), lse3 = be.alloc({t, h}, DType::F32);
+      AttentionParams rp = core_p;
+      rp.o = o3;
+      rp.lse = lse3;
+      cuda::attention_fp32(rp, st);
+      cuda_synchronize(be);
+      std::printf("vs the fp32 kernel: o rel-RMS flash %.3e, cuDNN %.3e; lse max |d| flash %.3e, cuDNN %.3e\n",
+                  diff(be, o2, o3).first, diff(be, o, o3).first, diff(be, lse2, lse3).second,
+                  diff(be, lse, lse3).second);
+    }
+    row("core: own flash kernel + LSE (attention_flash)", b.time(fl));
+    row("core again: cuDNN SDPA + LSE", b.time(cudnn));
+    const std::pair<const char*, cuda::FlashVariant> variants[] = {
+        {"ping-pong warpgroups (the default)", cuda::FlashVariant::kDefault},
+        {"no ping-pong", cuda::FlashVariant::kNoPingPong},
+        {"ping-pong, three-stage rings", cuda::FlashVariant::kThreeStages}};
+    // Clocks drift within a run: each variant is timed as 4 back-to-back calls (one window), in three
+    // interleaved rounds (also avoids the single-kernel window's low reading, see --cudnn-plans).
+    constexpr int kBatch = 4;
+    std::vector<std::vector<double>> ms(std::size(variants));
+    for (int round = 0; round < 3; ++round)
+      for (size_t i = 0; i < std::size(variants); ++i)
+        ms[i].push_back(b.time([&] {
+          for (int r = 0; r < kBatch; ++r) cuda::attention_flash(fp, a, st, variants[i].second);
+        }) / kBatch);
+    const double ms_cudnn = b.time([&] {
+      for (int r = 0; r < kBatch; ++r) cudnn();
+    }) / kBatch;
+    for (size_t i = 0; i < std::size(variants); ++i) {
+      cuda::attention_flash(fp, a, st, variants[i].second);
+      cuda_synchronize(be);
+      const double rel = diff(be, o2, o).first;
+      std::sort(ms[i].begin(), ms[i].end());
+      std::printf("| flash variant: %s (o rel-RMS vs cuDNN %.2e; 3 rounds, min %.3f, max %.3f) | %.3f | %.1f | %.3f |\n",
+                  variants[i].first, rel, ms[i][0], ms[i][2], ms[i][1], tf(ms[i][1]),
+                  tf(ms[i][1]) / ceil);
+    }
+    row("cuDNN SDPA + LSE, 4 back-to-back calls (per call)", ms_cudnn);
   }
   if (fp32) {
     Bench slow{be, b.s, 3};
@@ -207,7 +285,7 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
 
 int run(int argc, char** argv) {
   int reps = 15;
-  bool fp32 = false, plans = false;
+  bool fp32 = false, plans = false, flash = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = std::max(1, std::atoi(argv[++i]));
@@ -215,9 +293,11 @@ int run(int argc, char** argv) {
       fp32 = true;
     else if (!std::strcmp(argv[i], "--cudnn-plans"))
       plans = true;
+    else if (!std::strcmp(argv[i], "--flash"))
+      flash = true;
     else
       throw Error(str_cat("bench_attention: unknown argument '", argv[i],
-                          "' (usage: bench_attention [--reps N] [--fp32] [--cudnn-plans])"));
+                          "' (usage: bench_attention [--reps N] [--fp32] [--cudnn-plans] [--flash])"));
   }
   if (cuda_device_count() == 0) throw Error("bench_attention: no CUDA GPU present");
   auto be = make_cuda_backend(0);
@@ -227,12 +307,12 @@ int run(int argc, char** argv) {
   std::printf("GPU: %s; median of %d runs after 3 warm-ups, CUDA events on the backend stream\n", prop.name, reps);
   const double ceil = ceiling_tflops(*be, b);
   const double copy = copy_gbs(*be, b);
-  const double t272 = run_shape(*be, b, "272p", {14886, 14986}, ceil, copy, fp32, plans);
+  const double t272 = run_shape(*be, b, "272p", {14886, 14986}, ceil, copy, fp32, plans, flash);
   // Without cuDNN (fp32 fallback, ~0.2 s a call at 272p) 540p would take minutes.
   if (t272 > 50.0)
     std::printf("\n540p skipped: the core took %.1f ms at 272p (no cuDNN plan?)\n", t272);
   else
-    run_shape(*be, b, "540p", {57894, 57994}, ceil, copy, false, plans);
+    run_shape(*be, b, "540p", {57894, 57994}, ceil, copy, false, plans, flash);
   return 0;
 }
 

@@ -15,7 +15,10 @@
 // are derived on the device from cu_seqlens (ragged_meta), so a captured step
 // reads nothing on the host. Shapes cuDNN cannot take (or a failed plan
 // build, reported once on stderr) run the fp32 kernel (attention.cu);
-// CudaOptions::attention "fp32" (--cuda-attention fp32) forces it.
+// CudaOptions::attention "fp32" (--cuda-attention fp32) forces it. Under
+// "auto" the DiT's calls (lse given, head dim 128) take the own flash kernel
+// (attention_flash.cu, measured faster than cuDNN's plans on the H200);
+// "cudnn" keeps them on cuDNN.
 //
 // The text encoder's causal GQA attention (causal_attention_cudnn) uses the
 // same machinery: one sequence as ragged THD with the causal and padding
@@ -23,6 +26,7 @@
 // the length rounded up to a multiple of 256, the real length going in
 // through the device seq_len / offset tensors (causal_meta), so a new prompt
 // length rarely builds a plan.
+#include "cuda/attention_flash.h"
 #include "cuda/attn_ops.h"
 #include "cuda/cuda_common.h"
 #include "cuda/text_ops.h"
@@ -352,10 +356,13 @@ std::vector<std::pair<std::string, double>> cudnn_sdpa_plan_times(const Attentio
   return out;
 }
 
-void attention(const AttentionParams& p, cudaStream_t s, bool fp32_only) {
+void attention(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel) {
   const AttentionShape a = check_attention(p);
   if (a.t == 0 || a.h == 0 || a.max_len == 0) return;
+  if (kernel == AttentionKernel::kAuto && p.lse.defined() && attention_flash_supported(a.hd))
+    return attention_flash(p, a, s);
   // cuDNN's flash forward takes head dims that are multiples of 8 up to 256 (Hopper).
+  const bool fp32_only = kernel == AttentionKernel::kFp32;
   Plan* plan = (fp32_only || a.hd % 8 != 0 || a.hd > 256) ? nullptr : plan_for(a, p.scale, s);
   if (!plan) return attention_fp32(p, s);
   ragged_meta(a.cu, a.nseq, a.h * a.hd, a.h, plan->seq, plan->off_x, plan->off_s, s);
@@ -378,7 +385,13 @@ void attention(const AttentionParams& p, cudaStream_t s, bool fp32_only) {
 #else  // no cuDNN in this build: the fp32 kernel serves every call
 
 namespace magi2::cuda {
-void attention(const AttentionParams& p, cudaStream_t s, bool) { attention_fp32(p, s); }
+void attention(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel) {
+  const AttentionShape a = check_attention(p);
+  if (a.t == 0 || a.h == 0 || a.max_len == 0) return;
+  if (kernel == AttentionKernel::kAuto && p.lse.defined() && attention_flash_supported(a.hd))
+    return attention_flash(p, a, s);
+  attention_fp32(p, s);
+}
 std::vector<std::pair<std::string, double>> cudnn_sdpa_plan_times(const AttentionParams&, cudaStream_t, int) {
   return {};
 }
@@ -387,4 +400,13 @@ bool causal_attention_cudnn(const CausalAttentionParams&, int64_t, int64_t, int6
 }
 }  // namespace magi2::cuda
 
+#endif
+
+#if !MAGI2_HAVE_CUTLASS  // attention_flash.cu needs the CUTLASS/CuTe headers
+namespace magi2::cuda {
+bool attention_flash_supported(int64_t) { return false; }
+void attention_flash(const AttentionParams&, const AttentionShape&, cudaStream_t, FlashVariant) {
+  throw Error("attention_flash: this build has no CUTLASS headers (scripts/setup.sh installs them)");
+}
+}  // namespace magi2::cuda
 #endif

@@ -34,11 +34,18 @@ struct AttentionShape {
 /// Checks AttentionParams for the CUDA backend (devices, dtypes, shapes, 16-byte
 /// alignment, lse or sinks); throws Error naming the bad tensor.
 AttentionShape check_attention(const AttentionParams& p);
-/// AttentionParams: cuDNN SDPA on the tensor cores (attention_cudnn.cpp) where
-/// it applies, else attention_fp32. Builds a cuDNN plan on the first call of a
-/// request shape; throws if that first call happens during stream capture.
-/// `fp32_only` (CudaOptions::attention "fp32") always takes attention_fp32.
-void attention(const AttentionParams& p, cudaStream_t s, bool fp32_only = false);
+/// Which kernel serves AttentionParams (CudaOptions::attention).
+enum class AttentionKernel {
+  kAuto,   ///< attention_flash where it applies (lse given, head dim 128), else as kCudnn
+  kCudnn,  ///< cuDNN SDPA where it applies, else attention_fp32
+  kFp32,   ///< always attention_fp32 (the parity oracle)
+};
+/// AttentionParams on the tensor cores: the own flash kernel
+/// (attention_flash.h) or cuDNN SDPA (attention_cudnn.cpp), else
+/// attention_fp32, as `kernel` says. Builds a cuDNN plan on the first cuDNN
+/// call of a request shape; throws if that first call happens during stream
+/// capture.
+void attention(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel = AttentionKernel::kAuto);
 /// Diagnostics (bench_attention --cudnn-plans): builds p's SDPA graph (with lse)
 /// with every plan cuDNN's heuristics A, B and fallback offer, runs each `reps`
 /// times on p's buffers (overwriting o and lse) and returns (plan name, median

@@ -41,7 +41,9 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const CudaOptions& options) : device_(device) {
     validate(options);
-    attention_fp32_ = options.attention == "fp32";
+    attention_kernel_ = options.attention == "fp32"    ? cuda::AttentionKernel::kFp32
+                        : options.attention == "cudnn" ? cuda::AttentionKernel::kCudnn
+                                                       : cuda::AttentionKernel::kAuto;
     int n = 0;
     MAGI2_CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n > 0, "CUDA backend: no CUDA GPU is available");
     MAGI2_CHECK(device >= 0 && device < n, "CUDA backend: GPU ", device, " does not exist (", n, " present)");
@@ -173,7 +175,10 @@ class CudaBackend final : public Backend {
   void moe_route(const MoeRouteParams& p) override { cuda::moe_route(p, stream_, &fused_); }
   void moe_experts(const MoeExpertsParams& p) override { cuda::moe_experts(p, moe_.get(), stream_); }
   void moe_prefetch(const MoeExpertsParams& p) override {
-    if (moe_) moe_->prefetch(p, stream_);
+    // Beside the own flash kernel (all of an SM's registers a CTA) the prefetch's blocks take whole
+    // SMs from the attention: measured slower than dequantising inline, so it is on by default only
+    // beside cuDNN (docs/fp8.md; MAGI2_FP8_PREFETCH=0/1 overrides).
+    if (moe_) moe_->prefetch(p, stream_, attention_kernel_ != cuda::AttentionKernel::kAuto);
   }
   void gate(const GateParams& p) override { cuda::gate(p, stream_); }
   void add(const AddParams& p) override { cuda::add(p, stream_); }
@@ -207,7 +212,7 @@ class CudaBackend final : public Backend {
   void gated_rms_norm(const GatedRmsNormParams& p) override { cuda::gated_rms_norm(p, stream_); }
   void rotary(const RotaryParams& p) override { cuda::rotary(p, stream_); }
   void causal_attention(const CausalAttentionParams& p) override {
-    cuda::causal_attention(p, stream_, attention_fp32_);
+    cuda::causal_attention(p, stream_, attention_kernel_ == cuda::AttentionKernel::kFp32);
   }
   void sigmoid_mul(const SigmoidMulParams& p) override { cuda::sigmoid_mul(p, stream_); }
   void silu_mul(const SiluMulParams& p) override { cuda::silu_mul(p, stream_); }
@@ -225,7 +230,7 @@ class CudaBackend final : public Backend {
   void copy_cols(const CopyColsParams& p) override { cuda::copy_cols(p, stream_); }
   void rope_table(const RopeTableParams& p) override { cuda::rope_table(p, stream_); }
   void rope(const RopeParams& p) override { cuda::rope(p, stream_); }
-  void attention(const AttentionParams& p) override { cuda::attention(p, stream_, attention_fp32_); }
+  void attention(const AttentionParams& p) override { cuda::attention(p, stream_, attention_kernel_); }
   void attn_qkv(const AttnQkvParams& p) override { cuda::attn_qkv(p, stream_); }
   void block_sparse_attention(const BlockSparseAttentionParams& p) override {
     cuda::block_sparse_attention(p, stream_);
@@ -239,7 +244,7 @@ class CudaBackend final : public Backend {
   }
 
   int device_;
-  bool attention_fp32_ = false;  ///< CudaOptions::attention == "fp32"
+  cuda::AttentionKernel attention_kernel_ = cuda::AttentionKernel::kAuto;  ///< CudaOptions::attention
   bool profiling_ = false;
   std::vector<std::pair<std::string, cudaEvent_t>> marks_;
   cudaStream_t stream_ = nullptr;

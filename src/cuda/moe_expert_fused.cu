@@ -26,7 +26,6 @@
 // rounds (G, U, Z and bf16(Y x w)); fixed tiles, no split-K, so the bytes
 // depend neither on the other rows nor on the grid.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -44,6 +43,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/moe_expert_fused.h"
+#include "cuda/tma.h"
 #include "ops/backend_options.h"
 #include "ops/numerics.h"
 
@@ -326,34 +326,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    MAGI2_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q));
-    MAGI2_CHECK(q == cudaDriverEntryPointSuccess && p != nullptr,
-                "moe_expert_fused: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-
-// A row-major bf16 matrix [rows, cols] read in boxes of [box_rows, box_cols].
-CUtensorMap tensor_map(const void* base, int64_t rows, int64_t cols, int box_cols, int box_rows,
-                       CUtensorMapSwizzle swizzle, const char* what) {
-  CUtensorMap m{};
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUresult res = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
-                                   box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  MAGI2_CHECK(res == CUDA_SUCCESS, "moe_expert_fused: the driver refused the TMA descriptor of ", what, " (error ",
-              static_cast<int>(res), ")");
-  return m;
-}
-
 }  // namespace
 
 static_assert(kDH == 256 && 2 * kBC == 64, "moe_fused_expert_widths (ops/backend_options.h) states these widths");
@@ -375,10 +347,12 @@ void moe_expert_fused(const ExpertFusedArgs& a, cudaStream_t s) {
                                           static_cast<int>(kSmemBytes)));
   });
   const int64_t bank_rows = static_cast<int64_t>(a.nf) * a.dh;
-  const CUtensorMap tg = tensor_map(a.w_gate, bank_rows, a.de, kBC, kDH, CU_TENSOR_MAP_SWIZZLE_64B, "w_gate");
-  const CUtensorMap tu = tensor_map(a.w_up, bank_rows, a.de, kBC, kDH, CU_TENSOR_MAP_SWIZZLE_64B, "w_up");
-  const CUtensorMap td = tensor_map(a.w_down, static_cast<int64_t>(a.nf) * a.de, a.dh, 64, kBC,
-                                    CU_TENSOR_MAP_SWIZZLE_128B, "w_down");
+  const CUtensorMap tg =
+      tma_map_bf16(a.w_gate, bank_rows, a.de, a.de, kBC, kDH, CU_TENSOR_MAP_SWIZZLE_64B, "moe_expert_fused w_gate");
+  const CUtensorMap tu =
+      tma_map_bf16(a.w_up, bank_rows, a.de, a.de, kBC, kDH, CU_TENSOR_MAP_SWIZZLE_64B, "moe_expert_fused w_up");
+  const CUtensorMap td = tma_map_bf16(a.w_down, static_cast<int64_t>(a.nf) * a.de, a.dh, a.dh, 64, kBC,
+                                      CU_TENSOR_MAP_SWIZZLE_128B, "moe_expert_fused w_down");
   expert_tile_scan<<<1, kScanThreads, 0, s>>>(a.offsets, a.nf, a.tile_start);
   MAGI2_CUDA_CHECK_LAUNCH("moe_expert_fused tile scan");
   // Tiles <= sum over experts of (rows / 128 + 1): the grid's upper bound, no host sync.

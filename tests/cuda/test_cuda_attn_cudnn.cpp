@@ -5,7 +5,10 @@
 // tolerance (rel-RMS, max-abs, share identical); the glue is the CPU's fp32
 // operation sequence and must match bit for bit (the sink factor's log1pf
 // within 1 bf16 ulp). Edges: a 1-token sample, empty samples, lengths 1 to
-// 3000 in one call, sinks so large that the output is ~0. Skips without a GPU.
+// 3000 in one call, sinks so large that the output is ~0. The own flash
+// kernel (attention_flash.cu, the DiT's deferred-sink calls under
+// --cuda-attention auto) is held to the same bounds, against the CPU and
+// cuDNN, in each of its variants, and must repeat its bytes. Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -22,6 +25,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "cuda/attention_flash.h"
 #include "cuda/attn_ops.h"
 #include "cuda/attn_glue_variants.h"
 #include "cuda/backend_cuda.h"
@@ -134,6 +138,59 @@ TEST_F(CudnnAttentionTest, AttentionCloseToCpu) {
     EXPECT_LE(lse_err, 1e-3) << c.name;
     gpu_->attention(ap);
     EXPECT_EQ(count_diff(down(d_o), got, "cuDNN attention, second run"), 0) << c.name;
+  }
+}
+
+TEST_F(CudnnAttentionTest, FlashKernelCloseToCpuAndCudnn) {
+  const std::vector<Case> cases = {
+      {"DiT heads, two samples", {0, 1200, 2900}, 24, 128, 0, 2.f, 0.f},
+      {"1-token and empty samples, lengths 1..3000", {0, 1, 1, 3001, 3018, 3018, 3531}, 8, 128, 0, 1.f, 0.f},
+      {"samples of whole tiles", {0, 128, 384, 640}, 4, 128, 0, 1.f, 0.f},
+      {"peaky softmax", {0, 700}, 4, 128, 0, 4.f, 0.f},
+  };
+  auto s = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
+  for (const auto& c : cases) {
+    const int64_t t = c.cu.back();
+    Tensor q = random({t, c.heads, c.hd}, DType::BF16, c.q_sigma);
+    Tensor k = random({t, c.heads, c.hd}, DType::BF16), v = random({t, c.heads, c.hd}, DType::BF16);
+    Tensor sinks = random({c.heads}, DType::F32, 2.f);
+    const float scale = 1.f / std::sqrt(static_cast<float>(c.hd));
+    Tensor want = Tensor::empty({t, c.heads, c.hd}, DType::BF16), want_lse = Tensor::empty({t, c.heads}, DType::F32);
+    const Tensor cu = i32(c.cu);
+    cpu_->attention({.q = q, .k = k, .v = v, .sinks = sinks, .o = want, .cu_seqlens = cu, .scale = scale,
+                     .lse = want_lse});
+    AttentionParams p{.q = up(q), .k = up(k), .v = up(v), .sinks = up(sinks),
+                      .o = poisoned(want.shape(), DType::BF16), .cu_seqlens = up(cu), .max_seqlen = max_len(c.cu),
+                      .scale = scale, .lse = poisoned({t, c.heads}, DType::F32)};
+    AttentionParams ref = p;
+    ref.o = poisoned(want.shape(), DType::BF16);
+    ref.lse = poisoned({t, c.heads}, DType::F32);
+    cuda::attention(ref, s, cuda::AttentionKernel::kCudnn);
+    const Tensor cudnn_o = down(ref.o);
+    const cuda::AttentionShape a = cuda::check_attention(p);
+    for (const auto variant :
+         {cuda::FlashVariant::kDefault, cuda::FlashVariant::kNoPingPong, cuda::FlashVariant::kThreeStages}) {
+      cuda::attention_flash(p, a, s, variant);
+      const Tensor got = down(p.o), got_lse = down(p.lse);
+      const test::Diff dd = test::compare(got, want), dc = test::compare(got, cudnn_o);
+      const UlpStats us = ulp_stats(got, want);
+      double lse_err = 0;
+      for (int64_t i = 0; i < got_lse.numel(); ++i)
+        lse_err = std::max(lse_err, std::fabs(double(got_lse.data_as<float>()[i]) - want_lse.data_as<float>()[i]));
+      std::printf("flash attention [%s, variant %d] T=%lld %lldx%lld: rel-RMS %.3g, max-abs %.3g, %.3f%% identical, "
+                  "max %lld ulp; lse max-abs %.3g; vs cuDNN rel-RMS %.3g\n",
+                  c.name, static_cast<int>(variant), static_cast<long long>(t), static_cast<long long>(c.heads),
+                  static_cast<long long>(c.hd), dd.rel_rms, dd.max_abs, 100 * us.identical,
+                  static_cast<long long>(us.worst), lse_err, dc.rel_rms);
+      EXPECT_LT(dd.rel_rms, 5e-3) << c.name;
+      EXPECT_LE(dd.max_abs, 0.05) << c.name;
+      EXPECT_GE(us.identical, 0.5) << c.name;
+      EXPECT_LE(lse_err, 1e-3) << c.name;
+      EXPECT_LT(dc.rel_rms, 5e-3) << c.name;
+      cuda::attention_flash(p, a, s, variant);  // fixed tiles and order: the same bytes again
+      EXPECT_EQ(count_diff(down(p.o), got, "flash attention, second run"), 0) << c.name;
+      EXPECT_EQ(count_diff(down(p.lse), got_lse, "flash lse, second run"), 0) << c.name;
+    }
   }
 }
 
