@@ -83,9 +83,10 @@ class MoeExpertsRunner {
   /// enqueued on `s` next (the attention branch); run() with the same banks
   /// joins it instead of dequantising. Anything else: nothing. A prefetch must
   /// be followed by a run() on `s` before a graph capture ends (the join).
-  /// MAGI2_FP8_PREFETCH=0 turns it off (run() then dequantises inline).
+  /// `by_default`: whether it runs when MAGI2_FP8_PREFETCH is unset; =0 turns
+  /// it off, =1 on (off: run() dequantises inline).
   /// Errors: the first call during a graph capture (no buffers yet).
-  void prefetch(const MoeExpertsParams& p, cudaStream_t s);
+  void prefetch(const MoeExpertsParams& p, cudaStream_t s, bool by_default = true);
 
  private:
   struct Plan;

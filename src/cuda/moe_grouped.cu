@@ -29,6 +29,7 @@
 #include "cuda/block_scan.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
+#include "cuda/env_choice.h"
 #include "cuda/fused_kernels.h"
 #include "cuda/mhc_moe.h"
 #include "cuda/moe_expert_fused.h"
@@ -279,15 +280,9 @@ namespace {
 // MAGI2_MOE_KERNEL, read once: reference | epilogue | fused (unset: the default).
 MoeExpertsRunner::W13Kernel w13_kernel_from_env() {
   using K = MoeExpertsRunner::W13Kernel;
-  static const K k = [] {
-    const char* v = std::getenv("MAGI2_MOE_KERNEL");
-    if (v == nullptr || *v == '\0') return MoeExpertsRunner::w13_kernel_default();
-    if (std::strcmp(v, "reference") == 0) return K::kGrouped;
-    if (std::strcmp(v, "epilogue") == 0) return K::kEpilogue;
-    if (std::strcmp(v, "fused") == 0) return K::kFused;
-    throw Error(str_cat("MAGI2_MOE_KERNEL='", v, "': expected 'reference', 'epilogue' or 'fused'"));
-  }();
-  return k;
+  constexpr K kinds[] = {K::kGrouped, K::kEpilogue, K::kFused};
+  const int c = env_choice("MAGI2_MOE_KERNEL", {"reference", "epilogue", "fused"});
+  return c < 0 ? MoeExpertsRunner::w13_kernel_default() : kinds[c];
 }
 
 }  // namespace
@@ -326,16 +321,9 @@ MoeExpertsRunner::~MoeExpertsRunner() = default;
 
 namespace {
 
-// MAGI2_FP8_PREFETCH, read once: 0 turns the W8A16 prefetch off (unset: on).
-bool fp8_prefetch_from_env() {
-  static const bool on = [] {
-    const char* v = std::getenv("MAGI2_FP8_PREFETCH");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
-    if (std::strcmp(v, "0") == 0) return false;
-    throw Error(str_cat("MAGI2_FP8_PREFETCH='", v, "': expected 0 or 1"));
-  }();
-  return on;
-}
+// MAGI2_FP8_PREFETCH, read once: 0 turns the W8A16 prefetch off, 1 on; unset
+// (-1): the caller's default.
+int fp8_prefetch_from_env() { return env_choice("MAGI2_FP8_PREFETCH", {"0", "1"}); }
 
 // The prefetch's blocks (1024 threads each) per bank: a few SMs, so the
 // attention core beside it keeps the rest (docs/fp8.md). MAGI2_FP8_PREFETCH_BLOCKS
@@ -379,8 +367,10 @@ uint16_t* MoeExpertsRunner::dequant_buffer(int banks, int64_t bank_elems, cudaSt
   return static_cast<uint16_t*>(wdq_.get());
 }
 
-void MoeExpertsRunner::prefetch(const MoeExpertsParams& prm, cudaStream_t s) {
-  if (prm.w_gate.dtype() != DType::F8E4M3 || prm.fp8_compute != Fp8Compute::W8A16 || !fp8_prefetch_from_env())
+void MoeExpertsRunner::prefetch(const MoeExpertsParams& prm, cudaStream_t s, bool by_default) {
+  const int env = fp8_prefetch_from_env();
+  if (prm.w_gate.dtype() != DType::F8E4M3 || prm.fp8_compute != Fp8Compute::W8A16 || env == 0 ||
+      (env < 0 && !by_default))
     return;
   const int64_t nf = prm.w_gate.size(0), dh = prm.w_gate.size(1), de = prm.w_gate.size(2);
   if (!(MAGI2_HAVE_CUTLASS && w13_kernel() == W13Kernel::kFused && moe_fused_expert_widths(dh, de))) return;

@@ -6,7 +6,8 @@
 // max: the GEMMs' fp32 summation order and G/U rounded to bf16), (3) it replays
 // bit-identically from a CUDA graph, (4) the same bytes with the banks
 // prefetched (Backend::moe_prefetch: dequantised on a side stream), eagerly,
-// from a graph, and when the prefetched banks are not the ones that run. Widths
+// from a graph, and when the prefetched banks are not the ones that run (on a
+// backend with cuDNN attention; beside the own flash kernel the prefetch is off by default). Widths
 // that are not multiples of 64 take the general conversion kernel. Also the benchmark helpers
 // cuda_fill_random and cuda_memory_stats. Skips without a GPU.
 #include <cuda_runtime.h>
@@ -37,6 +38,9 @@ using Case = test::Fp8ExpertCase;
 using CudaFp8ExpertsTest = test::Fp8ExpertTest<8642>;
 
 TEST_F(CudaFp8ExpertsTest, EqualsTheBf16PathOnDequantisedBanksAndIsNearTheCpuReference) {
+  // The prefetch runs by default only beside cuDNN attention (with the own flash kernel, the default
+  // attention, it is off: backend_cuda.cpp), so this backend uses cuDNN; a default one is checked below.
+  gpu_ = make_cuda_backend(0, CudaOptions{.attention = "cudnn"});
   for (const Case c : {Case{127, 64, 64, 4, 16, 4}, Case{90, 64, 72, 2, 8, 3}, Case{200, 256, 1280, 2, 16, 6}}) {
     if (!cuda::MoeExpertsRunner::supports(c.dh, c.de, c.k)) GTEST_SKIP() << "built without CUTLASS";
     print_case(c);
@@ -89,6 +93,12 @@ TEST_F(CudaFp8ExpertsTest, EqualsTheBf16PathOnDequantisedBanksAndIsNearTheCpuRef
     moved.w_gate = up(b.g.q);
     gpu_->moe_experts(moved);
     EXPECT_EQ(count_diff(down(o8), got, "FP8 grouped after a prefetch of other banks"), 0);
+    // A backend with the default attention: the prefetch is off (a no-op), the bytes the same.
+    auto auto_be = make_cuda_backend(0);
+    auto_be->moe_prefetch(p8);
+    auto_be->moe_experts(p8);
+    cuda_synchronize(*auto_be);
+    EXPECT_EQ(count_diff(down(o8), got, "FP8 grouped, default backend after its (no-op) prefetch"), 0);
   }
 }
 
