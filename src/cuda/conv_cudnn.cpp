@@ -17,6 +17,7 @@
 #include <string>
 
 #include "cuda/cuda_common.h"
+#include "cuda/env_choice.h"
 #include "ops/codec_checks.h"
 
 #if MAGI2_HAVE_CUDNN
@@ -26,15 +27,9 @@
 namespace magi2::cuda {
 
 bool conv_cudnn_selected() {
-  static const bool cudnn = [] {
-    const char* v = std::getenv("MAGI2_CONV_KERNEL");
-    const std::string s = v ? v : "";
-    MAGI2_CHECK(s.empty() || s == "own" || s == "cudnn", "MAGI2_CONV_KERNEL must be own or cudnn, got '", s, "'");
-    // cuDNN by default since the H200 run of 2026-12-02: TurboVAE at 272p 6.6 s -> 0.23 s, its bf16 frames
-    // 0.019 rel-RMS from the CPU's (the CPU itself is within 0.05 of the official code); "own" = bit-exact.
-    return s != "own";
-  }();
-  return cudnn;
+  // cuDNN by default since the H200 run of 2026-12-02: TurboVAE at 272p 6.6 s -> 0.23 s, its bf16 frames
+  // 0.019 rel-RMS from the CPU's (the CPU itself is within 0.05 of the official code); "own" = bit-exact.
+  return env_choice("MAGI2_CONV_KERNEL", {"own", "cudnn"}) != 0;
 }
 
 std::vector<ConvTimeSlice> conv_time_slices(int64_t out_frames, int64_t in_frame_elems, int64_t out_frame_elems,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/cuda_common.h"
+#include "cuda/env_choice.h"
 #include "cuda/fused_kernels.h"
 
 namespace magi2::cuda {
@@ -23,22 +24,10 @@ void* SplitScratch::get(size_t bytes, cudaStream_t s, const char* what) {
 }
 
 bool fused_selected(const char* env_name, bool fused_default) {
-  static std::mutex mu;
-  static std::map<std::string, bool> seen;
-  const std::lock_guard<std::mutex> lock(mu);
-  const auto it = seen.find(env_name);
-  if (it != seen.end()) return it->second;
-  const char* v = std::getenv(env_name);
   // mHC and router: fused by default since the H200 run of 2026-12-02 (golden
   // DiT step and loop within bounds, 272p step 2,054 -> 1,738 ms: docs/perf.md).
-  bool fused = fused_default;
-  if (v != nullptr && *v != '\0') {
-    MAGI2_CHECK(std::strcmp(v, "fused") == 0 || std::strcmp(v, "reference") == 0, env_name, "='", v,
-                "': expected 'fused' or 'reference'");
-    fused = std::strcmp(v, "fused") == 0;
-  }
-  seen.emplace(env_name, fused);
-  return fused;
+  const int c = env_choice(env_name, {"fused", "reference"});
+  return c < 0 ? fused_default : c == 0;
 }
 
 }  // namespace magi2::cuda

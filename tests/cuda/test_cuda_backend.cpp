@@ -21,6 +21,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "cuda/backend_cuda.h"
+#include "cuda/env_choice.h"
 #include "cuda_fixture.h"
 #include "ops/ops.h"
 #include "util/testing.h"
@@ -37,6 +38,20 @@ class CudaBackendTest : public test::CudaParityTest {
 
 /// bf16 values as a monotone integer line (so |a - b| counts ulps).
 int32_t bf16_ordinal(uint16_t h) { return (h & 0x8000) ? -static_cast<int32_t>(h & 0x7fff) : static_cast<int32_t>(h); }
+
+// The measurement knobs' one reader (no GPU needed): the index of the value, -1 when unset, read once,
+// and one error naming the variable and the choices for anything else.
+TEST(CudaEnvChoice, ReadsOnceAndRefusesUnknownValues) {
+  ::setenv("MAGI2_TEST_ENV_CHOICE", "b", 1);
+  EXPECT_EQ(cuda::env_choice("MAGI2_TEST_ENV_CHOICE", {"a", "b"}), 1);
+  ::setenv("MAGI2_TEST_ENV_CHOICE", "a", 1);
+  EXPECT_EQ(cuda::env_choice("MAGI2_TEST_ENV_CHOICE", {"a", "b"}), 1);  // the first answer stays
+  ::unsetenv("MAGI2_TEST_ENV_CHOICE_UNSET");
+  EXPECT_EQ(cuda::env_choice("MAGI2_TEST_ENV_CHOICE_UNSET", {"a"}), -1);
+  ::setenv("MAGI2_TEST_ENV_CHOICE_BAD", "c", 1);
+  EXPECT_TRUE(test::throws_with([] { cuda::env_choice("MAGI2_TEST_ENV_CHOICE_BAD", {"a", "b", "d"}); },
+                                {"MAGI2_TEST_ENV_CHOICE_BAD='c'", "expected 'a', 'b' or 'd'"}));
+}
 
 TEST_F(CudaBackendTest, CopyRoundTripsContiguousAndRowStrided) {
   Tensor h = random({37, 100}, DType::BF16);
