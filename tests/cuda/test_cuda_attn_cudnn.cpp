@@ -63,6 +63,14 @@ UlpStats ulp_stats(const Tensor& a, const Tensor& b) {
   return s;
 }
 
+/// max |a - b| over two same-shape f32 host tensors (the lse outputs).
+double max_abs_f32(const Tensor& a, const Tensor& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    m = std::max(m, std::fabs(double(a.data_as<float>()[i]) - b.data_as<float>()[i]));
+  return m;
+}
+
 class CudnnAttentionTest : public test::CudaParityTest {
  protected:
   CudnnAttentionTest() : CudaParityTest(777) {}
@@ -119,9 +127,7 @@ TEST_F(CudnnAttentionTest, AttentionCloseToCpu) {
     const Tensor got = down(d_o), got_raw = down(d_raw), got_lse = down(d_lse);
     const test::Diff dd = test::compare(got, want), dr = test::compare(got_raw, want_raw);
     const UlpStats us = ulp_stats(got, want);
-    double lse_err = 0;
-    for (int64_t i = 0; i < got_lse.numel(); ++i)
-      lse_err = std::max(lse_err, std::fabs(double(got_lse.data_as<float>()[i]) - want_lse.data_as<float>()[i]));
+    const double lse_err = max_abs_f32(got_lse, want_lse);
     std::printf("cuDNN attention [%s] T=%lld %lldx%lld: rel-RMS %.3g, max-abs %.3g, %.3f%% identical, "
                 "max %lld ulp; deferred o rel-RMS %.3g; lse max-abs %.3g\n",
                 c.name, static_cast<long long>(t), static_cast<long long>(c.heads), static_cast<long long>(c.hd),
@@ -174,9 +180,7 @@ TEST_F(CudnnAttentionTest, FlashKernelCloseToCpuAndCudnn) {
       const Tensor got = down(p.o), got_lse = down(p.lse);
       const test::Diff dd = test::compare(got, want), dc = test::compare(got, cudnn_o);
       const UlpStats us = ulp_stats(got, want);
-      double lse_err = 0;
-      for (int64_t i = 0; i < got_lse.numel(); ++i)
-        lse_err = std::max(lse_err, std::fabs(double(got_lse.data_as<float>()[i]) - want_lse.data_as<float>()[i]));
+      const double lse_err = max_abs_f32(got_lse, want_lse);
       std::printf("flash attention [%s, variant %d] T=%lld %lldx%lld: rel-RMS %.3g, max-abs %.3g, %.3f%% identical, "
                   "max %lld ulp; lse max-abs %.3g; vs cuDNN rel-RMS %.3g\n",
                   c.name, static_cast<int>(variant), static_cast<long long>(t), static_cast<long long>(c.heads),
