@@ -78,10 +78,7 @@ void check_paths_distinct(const GenerateParams& p) {
 void validate(const GenerateParams& p) {
   // Only a request that encodes its prompt needs one: --text-features brings
   // the features instead (and then the prompt is not read at all).
-  if (p.text_features.empty()) {
-    const std::string why = prompt_problem(p.prompt);
-    MAGI2_CHECK(why.empty(), p.label, ": the prompt ", why, ": give a prompt with some text");
-  }
+  if (p.text_features.empty()) require_prompt(p.prompt, p.label);
   MAGI2_CHECK(p.resolution == "272p" || p.resolution == "540p" || p.resolution == "1080p",
               "--resolution must be 272p, 540p or 1080p, got '", p.resolution, "'");
   MAGI2_CHECK(p.refines() || p.refine_from.empty(), "--latents (refine saved preview latents) needs --resolution 1080p");

@@ -40,7 +40,13 @@ std::string read_prompt_file(const std::string& path) {
   size_t b = 0, e = text.size();
   while (b < e && py_isspace(text[b])) ++b;
   while (e > b && py_isspace(text[e - 1])) --e;
+  if (b == e) return qwen35::utf8_encode(text);  // only whitespace: left for prompt_problem to name
   return qwen35::utf8_encode(std::u32string_view(text).substr(b, e - b));
+}
+
+void require_prompt(std::string_view prompt, const std::string& what) {
+  const std::string why = prompt_problem(prompt);
+  MAGI2_CHECK(why.empty(), what, ": the prompt ", why, ": give a prompt with some text");
 }
 
 std::string prompt_problem(std::string_view prompt) {

@@ -22,8 +22,9 @@ std::string find_text_encoder_dir(const std::string& model_root, const std::stri
 
 /// Contents of a prompt file (UTF-8) with leading/trailing whitespace removed
 /// as the official `open(f).read().strip()` does (Python's str.isspace set,
-/// Unicode spaces included). Errors: missing/unreadable file or invalid UTF-8
-/// (names the file).
+/// Unicode spaces included). A file of only whitespace comes back unstripped,
+/// so that prompt_problem names it ("is only whitespace") as for --prompt.
+/// Errors: missing/unreadable file or invalid UTF-8 (names the file).
 std::string read_prompt_file(const std::string& path);
 
 /// Why `prompt` cannot be generated from, or "" when it can: "is empty", or
@@ -36,6 +37,13 @@ std::string read_prompt_file(const std::string& path);
 /// checks of magi2 serve (its 400), encode-text and enhance-prompt. Invalid
 /// UTF-8 is not judged here: the tokenizer names it.
 std::string prompt_problem(std::string_view prompt);
+
+/// Throws Error "<what>: the prompt <prompt_problem(prompt)>: give a prompt
+/// with some text" when the prompt is empty or only whitespace; `what` names
+/// where it came from ("--prompt", "--prompt-file F", a request's label). The
+/// CLI commands and validate(GenerateParams) share it; the server words the
+/// same check as a 400 naming the JSON field.
+void require_prompt(std::string_view prompt, const std::string& what);
 
 /// The negative prompt: `flag_value` when non-empty, else the built-in
 /// default (qwen35::default_negative_prompt()).

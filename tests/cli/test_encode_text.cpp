@@ -111,7 +111,8 @@ TEST(EncodeText, BadPromptsAreOneLineErrors) {
   const std::string out = " -o " + dir + "/f.safetensors";
   expect_one_line_error(magi2(enc("--prompt ''" + out)), "--prompt: the prompt is empty");
   expect_one_line_error(magi2(enc("--prompt ' \t '" + out)), "--prompt: the prompt is only whitespace");
-  expect_one_line_error(magi2(enc("--prompt-file " + write_file(dir + "/blank.txt", " \n\t\n") + out)), "empty");
+  expect_one_line_error(magi2(enc("--prompt-file " + write_file(dir + "/blank.txt", " \n\t\n") + out)),
+                        "the prompt is only whitespace");
   expect_one_line_error(magi2(enc("--prompt-file " + write_file(dir + "/bad.txt", "caf\xc3 au lait") + out)), "UTF-8");
   expect_one_line_error(magi2(enc("--prompt '{\"global_layer\": [1, }'" + out)), "JSON");
   expect_one_line_error(magi2(enc("--prompt-file /nonexistent/p.txt" + out)), "/nonexistent/p.txt");

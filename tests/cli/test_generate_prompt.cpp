@@ -71,7 +71,7 @@ TEST(GenerateFromPrompt, PromptToLatentsOnBuiltinTiny) {
   e.rc = run_command(env + magi2_binary() + common + "--prompt-file " + blank + " --save-latents " + dir +
                          "/x.safetensors",
                      &e.out);
-  expect_one_line_error(e, "--prompt-file " + blank + ": the prompt is empty");
+  expect_one_line_error(e, "--prompt-file " + blank + ": the prompt is only whitespace");
   e.rc = run_command(env + magi2_binary() + common + "--prompt a --text-features x.safetensors --save-latents " + dir +
                          "/x.safetensors",
                      &e.out);

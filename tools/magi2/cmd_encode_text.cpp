@@ -53,9 +53,7 @@ int run_encode_text(const EncodeTextArgs& a) {
   check_output_path(a.output, "-o");
   const std::string prompt = has_prompt ? a.prompt : read_prompt_file(a.prompt_file);
   const std::string what = a.prompt_file.empty() ? "--prompt" : str_cat("--prompt-file ", a.prompt_file);
-  // Before the text encoder loads: a blank prompt has nothing to encode.
-  const std::string why = prompt_problem(prompt);
-  MAGI2_CHECK(why.empty(), what, ": the prompt ", why, ": give a prompt with some text");
+  require_prompt(prompt, what);  // before the text encoder loads: a blank prompt has nothing to encode
 
   const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = find_text_encoder_dir(a.text_encoder.empty() ? resolve_model(a.model, cache_env()) : "", a.text_encoder);

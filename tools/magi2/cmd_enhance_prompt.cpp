@@ -63,8 +63,8 @@ int run_enhance_prompt(const EnhancePromptArgs& a) {
                   task == pe::Task::kI2V ? "--task i2v needs --image" : "--task t2v takes no --image");
     }
     const std::string prompt = has_prompt ? a.prompt : read_prompt_file(a.prompt_file);
-    const std::string why = prompt_problem(prompt);  // nothing to rewrite: no request is sent
-    MAGI2_CHECK(why.empty(), has_prompt ? "--prompt" : str_cat("--prompt-file ", a.prompt_file), ": the prompt ", why);
+    // Nothing to rewrite: no request is sent.
+    require_prompt(prompt, has_prompt ? "--prompt" : str_cat("--prompt-file ", a.prompt_file));
     const pe::Endpoint ep = pe_endpoint(a.pe);
     const pe::EnhanceRequest req = pe_request(a.pe, prompt, a.image);
     const pe::EnhanceResult r = run_prompt_enhancement(ep, req);

@@ -32,7 +32,10 @@ int run_make_tiny(const MakeTinyArgs& a) {
 Command make_tiny_command() {
   return make_command<MakeTinyArgs>([](CLI::App& app, MakeTinyArgs& a) {
     CLI::App* s = app.add_subcommand(
-        "make-tiny", "write a tiny random-weight model folder (the tiny golden DiT + a tiny Qwen3.5 text encoder) for testing");
+        "make-tiny",
+        "write a tiny random-weight model folder in the official layout for testing: the tiny golden DiT, a tiny "
+        "Qwen3.5 text encoder (text_encoder/), TurboVAE (turbo_vae/), the Oobleck audio VAE "
+        "(stable-audio-open-1.0/) and the Wan2.2 image encoder (vae/); seed 0 gives builtin:tiny's folder");
     s->add_option("dir", a.dir, "output model folder (must not exist, or be empty)")->required();
     // NonNegativeNumber: CLI11 would wrap "-1" into 2^64 - 1.
     s->add_option("--seed", a.seed, "weight seed in [0, 2^64) (same seed: identical files)")

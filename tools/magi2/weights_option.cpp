@@ -63,7 +63,8 @@ CLI::Option* add_moe_max_rows_option(CLI::App* app, int64_t& dst) {
   return app
       ->add_option("--moe-max-rows", dst,
                    "routed rows (tokens x heads x top-k) one routed-experts pass takes on CUDA; more run in token "
-                   "passes (same bytes, less workspace: e.g. 1000000 for 540p with the whole model in FP8)")
+                   "passes (same bytes, less workspace: e.g. 1000000 for 540p with the whole model in FP8); the CPU "
+                   "backend ignores it, as it does --cuda-attention")
       ->envname("MAGI2_MOE_MAX_ROWS")
       ->check(CLI::Range(int64_t{1}, (int64_t{1} << 31) - 1))
       ->capture_default_str();
