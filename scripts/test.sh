@@ -8,6 +8,13 @@
 # Usage: bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The golden fixtures (official-code outputs, README "Tests") sit beside the clone or where MAGI2_GOLDEN_DIR says.
+golden="${MAGI2_GOLDEN_DIR:-../shared/golden}"
+if [ ! -d "$golden/dit_tiny" ]; then
+  echo "test.sh: no golden fixtures at '$golden' (expected $golden/dit_tiny): clone next to the shared/ folder," \
+       "or set MAGI2_GOLDEN_DIR to its golden/ folder" >&2
+  exit 2
+fi
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure -j"$(nproc)" --timeout 900
 if [ "${MAGI2_HARDENING:-1}" != 0 ]; then
