@@ -8,10 +8,12 @@
 // backend's linear). CUDA events on the backend's stream, median of N timed
 // runs after warm-ups; TFLOP/s counts 4 * L^2 * hd * H per sample.
 //
-// Usage: bench_attention [--reps N] [--fp32] [--cudnn-plans] [--flash]   (--fp32 also times the fp32 kernel at
+// Usage: bench_attention [--reps N] [--fp32] [--cudnn-plans] [--flash] [--fp8]   (--fp32 also times the fp32 kernel at
 // 272p, ~0.2 s a call; --cudnn-plans times every SDPA plan cuDNN's heuristics A, B and fallback offer;
 // --flash times the own Hopper flash kernel and compares its o and lse with cuDNN's, and at 272p with the
-// fp32 kernel's)
+// fp32 kernel's; --fp8 times FP8 attention (AttentionParams::fp8: the quantiser, the FP8 flash kernel, both)
+// against the bf16 flash kernel in interleaved rounds, with its error against bf16 flash and, with --fp32, the
+// fp32 kernel)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -111,7 +113,7 @@ std::pair<double, double> diff(Backend& be, const Tensor& a, const Tensor& b) {
 
 /// Times one request shape; returns the core's milliseconds.
 double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int32_t>& lens, double ceil, double copy,
-                 bool fp32, bool plans, bool flash) {
+                 bool fp32, bool plans, bool flash, bool fp8) {
   const int64_t h = 24, hd = 128, d = h * hd, nb = 16;
   std::vector<int32_t> cu = {0};
   for (int32_t l : lens) cu.push_back(cu.back() + l);
@@ -183,6 +185,16 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
     be.gate({.o = o_p, .g = gw});
   });
   auto tf = [&](double ms) { return flop / ms * 1e-9; };
+  // o and lse of the core's inputs from the fp32 CUDA-core kernel (fp32 scores, softmax and P V).
+  auto fp32_reference = [&] {
+    Tensor o3 = be.alloc({t, h, hd}, DType::BF16), lse3 = be.alloc({t, h}, DType::F32);
+    AttentionParams rp = core_p;
+    rp.o = o3;
+    rp.lse = lse3;
+    cuda::attention_fp32(rp, st);
+    cuda_synchronize(be);
+    return std::pair<Tensor, Tensor>(o3, lse3);
+  };
   std::printf("\n%s: samples", name);
   for (int32_t l : lens) std::printf(" %d", l);
   std::printf(", %lld x %lld, %.3g GFLOP\n", static_cast<long long>(h), static_cast<long long>(hd), flop * 1e-9);
@@ -236,12 +248,7 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
     std::printf("flash vs cuDNN: o rel-RMS %.3e (max |d| %.3e), lse rel-RMS %.3e (max |d| %.3e)\n", o_rel, o_max,
                 l_rel, l_max);
     if (fp32) {  // both against the fp32 CUDA-core kernel (fp32 scores, softmax and P V)
-      Tensor o3 = be.alloc({t, h, hd}, DType::BF16), lse3 = be.alloc({t, h}, DType::F32);
-      AttentionParams rp = core_p;
-      rp.o = o3;
-      rp.lse = lse3;
-      cuda::attention_fp32(rp, st);
-      cuda_synchronize(be);
+      const auto [o3, lse3] = fp32_reference();
       std::printf("vs the fp32 kernel: o rel-RMS flash %.3e, cuDNN %.3e; lse max |d| flash %.3e, cuDNN %.3e\n",
                   diff(be, o2, o3).first, diff(be, o, o3).first, diff(be, lse2, lse3).second,
                   diff(be, lse, lse3).second);
@@ -275,6 +282,57 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
     }
     row("cuDNN SDPA + LSE, 4 back-to-back calls (per call)", ms_cudnn);
   }
+  if (fp8) {
+    Tensor o8 = be.alloc({t, h, hd}, DType::BF16), lse8 = be.alloc({t, h}, DType::F32);
+    Tensor ob = be.alloc({t, h, hd}, DType::BF16), lseb = be.alloc({t, h}, DType::F32);
+    AttentionParams p8 = core_p, pb = core_p;
+    p8.o = o8;
+    p8.lse = lse8;
+    p8.fp8 = true;
+    pb.o = ob;
+    pb.lse = lseb;
+    const cuda::AttentionShape a = cuda::check_attention(p8);
+    const int64_t nseq = static_cast<int64_t>(lens.size());
+    Tensor scratch = be.alloc({cuda::attention_fp8_bytes(t, h, nseq) + 256}, DType::U8);
+    const auto base = (reinterpret_cast<uintptr_t>(scratch.data()) + 255) / 256 * 256;
+    const cuda::FlashFp8Operands ops = cuda::attention_fp8_layout(reinterpret_cast<void*>(base), t, h, nseq);
+    producer();
+    be.attention(p8);  // the op, with its own scratch (made on this first call)
+    cuda::attention_flash(pb, a, st);
+    cuda_synchronize(be);
+    const auto [o_rel, o_max] = diff(be, o8, ob);
+    const auto [l_rel, l_max] = diff(be, lse8, lseb);
+    std::printf("FP8 vs bf16 flash: o rel-RMS %.3e (max |d| %.3e), lse rel-RMS %.3e (max |d| %.3e)\n", o_rel, o_max,
+                l_rel, l_max);
+    if (fp32) {
+      const Tensor o3 = fp32_reference().first;
+      std::printf("vs the fp32 kernel: o rel-RMS FP8 %.3e, bf16 flash %.3e\n", diff(be, o8, o3).first,
+                  diff(be, ob, o3).first);
+    }
+    // Interleaved rounds of 4-call windows (clock drift; see --flash).
+    constexpr int kBatch = 4;
+    const std::pair<const char*, std::function<void()>> runs[] = {
+        {"bf16 flash (attention_flash)", [&] { cuda::attention_flash(pb, a, st); }},
+        {"FP8: quantiser + flash (the op with fp8)", [&] { be.attention(p8); }},
+        {"FP8 flash kernel alone (attention_flash_fp8)", [&] { cuda::attention_flash_fp8(p8, a, ops, st); }}};
+    cuda::attention_fp8_quantize(p8, a, ops, st);
+    std::vector<std::vector<double>> ms(std::size(runs));
+    for (int round = 0; round < 3; ++round)
+      for (size_t i = 0; i < std::size(runs); ++i)
+        ms[i].push_back(b.time([&] {
+          for (int r = 0; r < kBatch; ++r) runs[i].second();
+        }) / kBatch);
+    for (size_t i = 0; i < std::size(runs); ++i) {
+      std::sort(ms[i].begin(), ms[i].end());
+      std::printf("| %s (3 rounds, min %.3f, max %.3f) | %.3f | %.1f | %.3f |\n", runs[i].first, ms[i][0], ms[i][2],
+                  ms[i][1], tf(ms[i][1]), tf(ms[i][1]) / ceil);
+    }
+    const double t_q = b.time([&] { cuda::attention_fp8_quantize(p8, a, ops, st); });
+    const double q_bytes = 3.0 * 2.0 * static_cast<double>(t * d) + 3.0 * static_cast<double>(t * d);
+    std::printf("| FP8 quantiser alone (attention_fp8_quantize: bf16 q, k, v in, e4m3 out) | %.3f | %.0f GB/s | %.3f "
+                "of copy |\n",
+                t_q, q_bytes / t_q * 1e-6, q_bytes / t_q * 1e-6 / copy);
+  }
   if (fp32) {
     Bench slow{be, b.s, 3};
     const double t32 = slow.time([&] { cuda::attention_fp32(sink_p, st); });
@@ -285,7 +343,7 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
 
 int run(int argc, char** argv) {
   int reps = 15;
-  bool fp32 = false, plans = false, flash = false;
+  bool fp32 = false, plans = false, flash = false, fp8 = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
       reps = std::max(1, std::atoi(argv[++i]));
@@ -295,9 +353,11 @@ int run(int argc, char** argv) {
       plans = true;
     else if (!std::strcmp(argv[i], "--flash"))
       flash = true;
+    else if (!std::strcmp(argv[i], "--fp8"))
+      fp8 = true;
     else
       throw Error(str_cat("bench_attention: unknown argument '", argv[i],
-                          "' (usage: bench_attention [--reps N] [--fp32] [--cudnn-plans] [--flash])"));
+                          "' (usage: bench_attention [--reps N] [--fp32] [--cudnn-plans] [--flash] [--fp8])"));
   }
   if (cuda_device_count() == 0) throw Error("bench_attention: no CUDA GPU present");
   auto be = make_cuda_backend(0);
@@ -307,12 +367,12 @@ int run(int argc, char** argv) {
   std::printf("GPU: %s; median of %d runs after 3 warm-ups, CUDA events on the backend stream\n", prop.name, reps);
   const double ceil = ceiling_tflops(*be, b);
   const double copy = copy_gbs(*be, b);
-  const double t272 = run_shape(*be, b, "272p", {14886, 14986}, ceil, copy, fp32, plans, flash);
+  const double t272 = run_shape(*be, b, "272p", {14886, 14986}, ceil, copy, fp32, plans, flash, fp8);
   // Without cuDNN (fp32 fallback, ~0.2 s a call at 272p) 540p would take minutes.
   if (t272 > 50.0)
     std::printf("\n540p skipped: the core took %.1f ms at 272p (no cuDNN plan?)\n", t272);
   else
-    run_shape(*be, b, "540p", {57894, 57994}, ceil, copy, false, plans, flash);
+    run_shape(*be, b, "540p", {57894, 57994}, ceil, copy, false, plans, flash, fp8);
   return 0;
 }
 

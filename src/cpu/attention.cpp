@@ -105,7 +105,7 @@ void pv_tile(const float* p, int64_t ldp, const float* v, int64_t len, int64_t h
   }
 }
 
-void attention(const AttentionParams& p) {
+std::vector<int32_t> check_attention(const AttentionParams& p) {
   MAGI2_CHECK(p.cu_seqlens.defined() && p.cu_seqlens.numel() >= 2, "attention: cu_seqlens is missing");
   const int32_t* cu_data = check_index_on(Device::CPU, p.cu_seqlens, p.cu_seqlens.numel(), "attention.cu_seqlens");
   const std::vector<int32_t> cu(cu_data, cu_data + p.cu_seqlens.numel());
@@ -113,18 +113,23 @@ void attention(const AttentionParams& p) {
     MAGI2_CHECK(x->dim() == 3 && x->is_contiguous() && x->dtype() == DType::BF16 && x->shape() == p.q.shape(),
                 "attention: q, k, v, o must be contiguous bf16 of one shape [T, H, hd], got ",
                 shape_str(x->shape()));
-  const int64_t t = p.q.size(0), h = p.q.size(1), hd = p.q.size(2);
+  const int64_t t = p.q.size(0), h = p.q.size(1);
   MAGI2_CHECK(cu.front() == 0 && cu.back() == t, "attention: cu_seqlens must span [0, ", t, "]");
   for (size_t i = 1; i < cu.size(); ++i) MAGI2_CHECK(cu[i] >= cu[i - 1], "attention: cu_seqlens not sorted");
   MAGI2_CHECK(p.lse.defined() || (p.sinks.dtype() == DType::F32 && p.sinks.numel() >= p.head_begin + h),
               "attention.sinks: expected at least ", p.head_begin + h, " f32 values");
-  float* lse_out = nullptr;
-  if (p.lse.defined()) {
+  if (p.lse.defined())
     MAGI2_CHECK(p.lse.device() == Device::CPU && p.lse.dtype() == DType::F32 && p.lse.is_contiguous() &&
                     p.lse.numel() == t * h,
                 "attention.lse: expected contiguous f32 [", t, ", ", h, "], got ", shape_str(p.lse.shape()));
-    lse_out = p.lse.data_as<float>();
-  }
+  return cu;
+}
+
+void attention(const AttentionParams& p) {
+  if (p.fp8) return attention_fp8(p);
+  const std::vector<int32_t> cu = check_attention(p);
+  const int64_t h = p.q.size(1), hd = p.q.size(2);
+  float* lse_out = p.lse.defined() ? p.lse.data_as<float>() : nullptr;
   const float* sinks = p.sinks.data_as<float>();
   const uint16_t* q = p.q.data_as<uint16_t>();
   const uint16_t* k = p.k.data_as<uint16_t>();

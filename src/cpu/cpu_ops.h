@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -21,6 +23,11 @@ void copy(const CopyParams& p);                 // elementwise.cpp
 void rope_table(const RopeTableParams& p);      // rope.cpp
 void rope(const RopeParams& p);                 // rope.cpp
 void attention(const AttentionParams& p);       // attention.cpp
+/// Checks AttentionParams on the CPU (cu_seqlens spanning [0, T] and sorted, q/k/v/o bf16 [T, H, hd]
+/// of one shape, the lse [T, H] f32 or the sinks); returns cu_seqlens. Error naming the bad argument.
+std::vector<int32_t> check_attention(const AttentionParams& p);  // attention.cpp
+/// AttentionParams::fp8: the FP8 rounding points of the CUDA kernel (attention_fp8.cpp).
+void attention_fp8(const AttentionParams& p);
 void attn_qkv(const AttnQkvParams& p);          // attn_glue.cpp
 void block_sparse_attention(const BlockSparseAttentionParams& p);  // block_sparse_attention.cpp
 void attn_out(const AttnOutParams& p);          // attn_glue.cpp

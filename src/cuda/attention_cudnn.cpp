@@ -18,7 +18,8 @@
 // CudaOptions::attention "fp32" (--cuda-attention fp32) forces it. Under
 // "auto" the DiT's calls (lse given, head dim 128) take the own flash kernel
 // (attention_flash.cu, measured faster than cuDNN's plans on the H200);
-// "cudnn" keeps them on cuDNN.
+// "cudnn" keeps them on cuDNN. AttentionParams::fp8, and "fp8" for the DiT's
+// calls, run the flash kernel in FP8 (attention_fp8.cu).
 //
 // The text encoder's causal GQA attention (causal_attention_cudnn) uses the
 // same machinery: one sequence as ragged THD with the causal and padding
@@ -30,6 +31,24 @@
 #include "cuda/attn_ops.h"
 #include "cuda/cuda_common.h"
 #include "cuda/text_ops.h"
+
+namespace magi2::cuda {
+namespace {
+// The own kernels' share of `attention` (with or without cuDNN in the build):
+// true when attention_flash ran p, in FP8 (p.fp8, or kFp8 for a call with the
+// lse at head dim 128) or in bf16 (kAuto, the same calls).
+bool attention_own(const AttentionParams& p, const AttentionShape& a, cudaStream_t s, AttentionKernel kernel) {
+  const bool flash = p.lse.defined() && attention_flash_supported(a.hd);
+  if (p.fp8 || (flash && kernel == AttentionKernel::kFp8)) {
+    attention_fp8(p, a, s);  // throws for a call without the lse or another head dim
+    return true;
+  }
+  if (!flash || kernel != AttentionKernel::kAuto) return false;
+  attention_flash(p, a, s);
+  return true;
+}
+}  // namespace
+}  // namespace magi2::cuda
 
 #if MAGI2_HAVE_CUDNN
 
@@ -101,6 +120,10 @@ State& state() {
   return *s;
 }
 
+// The tail of the errors of a plan missing at capture (cudaMalloc is not capturable).
+constexpr const char* kBuiltBeforeCapture =
+    " was built before stream capture (run one eager forward of this request shape first)";
+
 void check_fe(fe::error_t e, const char* step) {
   if (e.is_bad()) throw Error(str_cat("cuDNN ", step, ": ", e.get_message()));
 }
@@ -131,14 +154,6 @@ int64_t finish_graph(fe::graph::Graph& g, cudnnHandle_t handle) {
   return ws;
 }
 
-// Throws when a plan would be built during stream capture (cudaMalloc is not capturable).
-void check_not_capturing(cudaStream_t s, const std::string& what) {
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
-  if (cap != cudaStreamCaptureStatusNone)
-    throw Error(str_cat("CUDA backend: ", what,
-                        " was built before stream capture (run one eager forward of this request shape first)"));
-}
 
 // The SDPA graph of one request shape (ragged THD, padding mask, stats), not yet finished.
 std::shared_ptr<fe::graph::Graph> sdpa_graph(const AttentionShape& a, float scale) {
@@ -207,8 +222,8 @@ Plan* plan_for(const AttentionShape& a, float scale, cudaStream_t s) {
   const PlanKey key{a.nseq, a.max_len, a.t, a.h, a.hd, sb};
   auto it = st.plans.find(key);
   if (it != st.plans.end()) return it->second.get();
-  check_not_capturing(s, str_cat("attention: no cuDNN plan for B=", a.nseq, ", max_seqlen=", a.max_len, ", T=", a.t,
-                                 ", H=", a.h, ", hd=", a.hd));
+  check_not_capturing(s, "CUDA backend: attention: no cuDNN plan for B=", a.nseq, ", max_seqlen=", a.max_len,
+                      ", T=", a.t, ", H=", a.h, ", hd=", a.hd, kBuiltBeforeCapture);
   std::unique_ptr<Plan> plan;
   try {
     ensure_handle(st);
@@ -272,8 +287,8 @@ bool causal_attention_cudnn(const CausalAttentionParams& p, int64_t t, int64_t h
   std::lock_guard<std::mutex> lock(st.mu);
   auto it = st.causal_plans.find(key);
   if (it == st.causal_plans.end()) {
-    check_not_capturing(s, str_cat("causal_attention: no cuDNN plan for max length ", s_max, ", H=", h, ", Hkv=", hkv,
-                                   ", hd=", hd));
+    check_not_capturing(s, "CUDA backend: causal_attention: no cuDNN plan for max length ", s_max, ", H=", h,
+                        ", Hkv=", hkv, ", hd=", hd, kBuiltBeforeCapture);
     std::unique_ptr<CausalPlan> plan;
     try {
       ensure_handle(st);
@@ -302,7 +317,7 @@ std::vector<std::pair<std::string, double>> cudnn_sdpa_plan_times(const Attentio
   const AttentionShape a = check_attention(p);
   std::vector<std::pair<std::string, double>> out;
   if (a.t == 0 || a.h == 0 || a.max_len == 0 || !p.lse.defined()) return out;
-  check_not_capturing(s, "cudnn_sdpa_plan_times");
+  check_not_capturing(s, "CUDA backend: cudnn_sdpa_plan_times", kBuiltBeforeCapture);
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   ensure_handle(st);
@@ -359,8 +374,7 @@ std::vector<std::pair<std::string, double>> cudnn_sdpa_plan_times(const Attentio
 void attention(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel) {
   const AttentionShape a = check_attention(p);
   if (a.t == 0 || a.h == 0 || a.max_len == 0) return;
-  if (kernel == AttentionKernel::kAuto && p.lse.defined() && attention_flash_supported(a.hd))
-    return attention_flash(p, a, s);
+  if (attention_own(p, a, s, kernel)) return;
   // cuDNN's flash forward takes head dims that are multiples of 8 up to 256 (Hopper).
   const bool fp32_only = kernel == AttentionKernel::kFp32;
   Plan* plan = (fp32_only || a.hd % 8 != 0 || a.hd > 256) ? nullptr : plan_for(a, p.scale, s);
@@ -388,8 +402,7 @@ namespace magi2::cuda {
 void attention(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel) {
   const AttentionShape a = check_attention(p);
   if (a.t == 0 || a.h == 0 || a.max_len == 0) return;
-  if (kernel == AttentionKernel::kAuto && p.lse.defined() && attention_flash_supported(a.hd))
-    return attention_flash(p, a, s);
+  if (attention_own(p, a, s, kernel)) return;
   attention_fp32(p, s);
 }
 std::vector<std::pair<std::string, double>> cudnn_sdpa_plan_times(const AttentionParams&, cudaStream_t, int) {
@@ -407,6 +420,9 @@ namespace magi2::cuda {
 bool attention_flash_supported(int64_t) { return false; }
 void attention_flash(const AttentionParams&, const AttentionShape&, cudaStream_t, FlashVariant) {
   throw Error("attention_flash: this build has no CUTLASS headers (scripts/setup.sh installs them)");
+}
+void attention_flash_fp8(const AttentionParams&, const AttentionShape&, const FlashFp8Operands&, cudaStream_t) {
+  throw Error("attention_flash_fp8: this build has no CUTLASS headers (scripts/setup.sh installs them)");
 }
 }  // namespace magi2::cuda
 #endif

@@ -11,9 +11,9 @@
 //   rescale O by the previous chunk's factor, issue O += P(j - 1) V(j - 1)
 //   (P from registers);
 //   wait for S(j) only, then the online softmax of S(j) while P V runs;
-//   wait for P V, then round P(j) to bf16 in the registers P V read.
-// S's accumulator and P's A fragment pair element for element (value q of
-// k-step s is accumulator value 8 s + q of the same thread), so no shuffles.
+//   wait for P V, then round P(j) in the registers P V reads.
+// In bf16, S's accumulator and P's A fragment pair element for element
+// (value q of k-step s is accumulator value 8 s + q of the same thread).
 //
 // Softmax in base 2: with c = scale * log2(e), p = 2^(c s - c m) for the
 // running row maximum m of the raw scores, l = sum p (fp32, before P's bf16
@@ -21,6 +21,17 @@
 // log-sum-exp of scale * s that cuDNN's statistics give. Keys past the
 // sample's end are -inf before the maximum; query rows past it are computed
 // but not stored.
+//
+// FP8 (kFp8, AttentionParams::fp8; operands from attention_fp8.cu): Q and K
+// tiles e4m3 K-major, V as e4m3 V^T tiles (FP8 wgmma reads B only K-major).
+// c = scale log2(e) sq sk_j changes per key tile, so m is kept in log2 units
+// (the maximum of c s): p = 2^(c s + 8 - m), P = e4m3(p) (the factor 2^8 is
+// exact in the exponent), LSE = ln(2) (m + log2 l - 8). O stays in the units of the
+// last added V tile's scale: the rescale before P V(j) takes alpha sv_{j-1} /
+// sv_j, the epilogue sv_last / l. P's e4m3 A fragment holds keys 4t..4t+3 of
+// each 16 where the accumulator holds keys 2t, 2t + 1, 2t + 8, 2t + 9
+// (t = lane % 4): the quantiser stores V^T's keys in that order, so P needs no
+// shuffle either.
 #include <cuda.h>
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -32,9 +43,11 @@
 #include <cutlass/arch/reg_reconfig.h>
 
 #include <mutex>
+#include <type_traits>
 
 #include "core/error.h"
 #include "cuda/attention_flash.h"
+#include "cuda/attention_tiles.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/tma.h"
@@ -43,46 +56,55 @@ namespace magi2::cuda {
 
 namespace {
 
-constexpr int kBM = 128;  // query rows per CTA (64 per consumer warpgroup)
-constexpr int kHD = 128;  // head dim
-constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kBM = kAttnTile;  // query rows per CTA (64 per consumer warpgroup)
+constexpr int kHD = 128;        // head dim
+constexpr int kThreads = 384;   // producer warpgroup + two consumer warpgroups
 constexpr int kConsumerWarps = 8;
 static_assert(24 * 128 + 240 * 256 <= 168 * kThreads, "setmaxnreg counts fit the launch's registers");
 
 using Bf16 = cute::bfloat16_t;
 using cute::_1;
-using cute::_16;
 using cute::_2;
 using cute::_64;
 using cute::Int;
 namespace GMMA = cute::SM90::GMMA;
 
 // Tiles, MMAs and shared memory for kBN keys a chunk. Q and the K chunk are
-// K-major (head dim contiguous), the V chunk MN-major (its N is the head
-// dim). Each is two [rows, 64] blocks of 128-byte swizzled rows, one TMA box
-// each.
-template <int kBN_, int kStages_>
+// K-major (head dim contiguous); the bf16 V chunk is MN-major (its N is the
+// head dim), the FP8 V^T chunk K-major. Each is made of [rows, 128 bytes]
+// blocks of 128-byte swizzled rows, one TMA box each (two in bf16, one in FP8).
+template <bool kFp8_, int kBN_, int kStages_>
 struct Traits {
+  static constexpr bool kFp8 = kFp8_;
   static constexpr int kBN = kBN_, kStages = kStages_;
-  using LayoutQ = decltype(cute::tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, cute::Shape<Int<kBM>, Int<kHD>>{}));
-  using LayoutK = decltype(cute::tile_to_shape(GMMA::Layout_K_SW128_Atom<Bf16>{}, cute::Shape<Int<kBN>, Int<kHD>>{}));
-  using LayoutV = decltype(cute::tile_to_shape(GMMA::Layout_MN_SW128_Atom<Bf16>{}, cute::Shape<Int<kHD>, Int<kBN>>{},
-                                               cute::Step<_2, _1>{}));
+  using Elem = std::conditional_t<kFp8, cute::float_e4m3_t, Bf16>;
+  static constexpr int kMmaK = kFp8 ? 32 : 16;          // wgmma K of the element type
+  static constexpr int kBoxCols = 128 / sizeof(Elem);  // one 128-byte swizzle row
+  static constexpr int kBoxes = kHD / kBoxCols;        // boxes per Q or K tile (and bf16 V tile)
+  using LayoutQ = decltype(cute::tile_to_shape(GMMA::Layout_K_SW128_Atom<Elem>{}, cute::Shape<Int<kBM>, Int<kHD>>{}));
+  using LayoutK = decltype(cute::tile_to_shape(GMMA::Layout_K_SW128_Atom<Elem>{}, cute::Shape<Int<kBN>, Int<kHD>>{}));
+  using LayoutV = std::conditional_t<
+      kFp8, decltype(cute::tile_to_shape(GMMA::Layout_K_SW128_Atom<Elem>{}, cute::Shape<Int<kHD>, Int<kBN>>{})),
+      decltype(cute::tile_to_shape(GMMA::Layout_MN_SW128_Atom<Elem>{}, cute::Shape<Int<kHD>, Int<kBN>>{},
+                                   cute::Step<_2, _1>{}))>;
   using MmaS = decltype(cute::make_tiled_mma(
-      GMMA::ss_op_selector<Bf16, Bf16, float, cute::Shape<_64, Int<kBN>, _16>, GMMA::Major::K, GMMA::Major::K>(),
+      GMMA::ss_op_selector<Elem, Elem, float, cute::Shape<_64, Int<kBN>, Int<kMmaK>>, GMMA::Major::K,
+                           GMMA::Major::K>(),
       cute::Layout<cute::Shape<_2, _1, _1>>{}));
   using MmaO = decltype(cute::make_tiled_mma(
-      GMMA::rs_op_selector<Bf16, Bf16, float, cute::Shape<_64, Int<kHD>, _16>, GMMA::Major::K, GMMA::Major::MN>(),
+      GMMA::rs_op_selector<Elem, Elem, float, cute::Shape<_64, Int<kHD>, Int<kMmaK>>, GMMA::Major::K,
+                           kFp8 ? GMMA::Major::K : GMMA::Major::MN>(),
       cute::Layout<cute::Shape<_2, _1, _1>>{}));
   static constexpr int kElemsQ = static_cast<int>(cute::cosize_v<LayoutQ>);
   static constexpr int kElemsKV = static_cast<int>(cute::cosize_v<LayoutK>);
   static_assert(kElemsQ == kBM * kHD && kElemsKV == kBN * kHD && cute::cosize_v<LayoutV> == kElemsKV, "dense tiles");
-  static_assert(kElemsKV * 2 % 1024 == 0, "stages stay aligned to the swizzle atoms");
-  static constexpr uint32_t kBytesQ = kElemsQ * 2, kBytesKV = kElemsKV * 2;
+  static_assert(kElemsKV * sizeof(Elem) % 1024 == 0, "stages stay aligned to the swizzle atoms");
+  static_assert(!kFp8 || kBN == kAttnTile, "an FP8 key chunk is one scale tile");
+  static constexpr uint32_t kBytesQ = kElemsQ * sizeof(Elem), kBytesKV = kElemsKV * sizeof(Elem);
   struct alignas(1024) Smem {
-    Bf16 q[kElemsQ];
-    Bf16 k[kStages][kElemsKV];
-    Bf16 v[kStages][kElemsKV];
+    Elem q[kElemsQ];
+    Elem k[kStages][kElemsKV];
+    Elem v[kStages][kElemsKV];
     uint64_t full_q, full_k[kStages], empty_k[kStages], full_v[kStages], empty_v[kStages];
   };
   static constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + the base's alignment to the swizzle atoms
@@ -91,12 +113,8 @@ struct Traits {
 using Barrier = cutlass::arch::ClusterBarrier;
 using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
 using dev::bf16x2_rn;
+using dev::ex2_fast_f32;
 
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -106,41 +124,74 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// Tile `tile` of the grid's x: its sample b, first query row q0 (absolute
-// token) and the sample's [begin, end). False past the last sample's tiles.
-struct QTile {
-  int64_t q0, begin, end;
-};
-__device__ __forceinline__ bool q_tile(int tile, const int32_t* __restrict__ cu, int nseq, QTile& t) {
-  for (int b = 0; b < nseq; ++b) {
-    const int64_t begin = cu[b], end = cu[b + 1];
-    const int tiles = static_cast<int>((end - begin + kBM - 1) / kBM);
-    if (tile < tiles) {
-      t = {begin + static_cast<int64_t>(tile) * kBM, begin, end};
-      return true;
-    }
-    tile -= tiles;
-  }
-  return false;
+// Four fp32 values -> their e4m3 bytes in one register (v0 the low byte), RNE, saturating.
+__device__ __forceinline__ uint32_t e4m3x4_rn(float v0, float v1, float v2, float v3) {
+  uint32_t r;
+  asm("{\n .reg .b16 lo, hi;\n cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      " mov.b32 %0, {lo, hi};\n}"
+      : "=r"(r)
+      : "f"(v0), "f"(v1), "f"(v2), "f"(v3));
+  return r;
 }
+
+// FP8: the accumulator value of S (flat index of the thread's fragment) that
+// becomes value v (0..15) of k-step s of P's e4m3 A fragment. Register q =
+// v / 4 of the k-step holds (row r, keys 4t..), (row r + 8, keys 4t..), then
+// the same for the next 16 keys; byte v % 4 takes accumulator values
+// {0, 1, 4, 5} (+ 2 for row r + 8, + 8 for the next 16 keys) of the k-step's 16.
+__host__ __device__ constexpr int p8_acc_index(int s, int v) {
+  const int q = v / 4, b = v % 4;
+  return 16 * s + (q >= 2 ? 8 : 0) + (q % 2) * 2 + (b % 2) + 4 * (b / 2);
+}
+
+// Compile-time check that P needs no shuffle: for threads of every role and every value of
+// P's A fragment (CuTe's ALayout, m + 64 k) the accumulator value
+// p8_acc_index picks (CuTe's CLayout of S, m + 64 n) lies in the same row and
+// at key 32 s + fp8_vt_key(k), the key V^T's column k holds.
+template <class MmaS, class MmaO, int kBN>
+constexpr bool p8_fragment_matches_vt() {
+  using AL = typename MmaO::Atom::Traits::ALayout;
+  using CL = typename MmaS::Atom::Traits::CLayout;
+  // Lanes 0-3 span t = lane % 4; 4, 9, 31 the row groups; 32, 77, 127 other warps
+  // (EDG's constexpr step limit does not allow all 128 threads).
+  constexpr int kThreadsChecked[] = {0, 1, 2, 3, 4, 9, 31, 32, 77, 127};
+  for (int thr : kThreadsChecked)
+    for (int v = 0; v < 16; ++v) {
+      const int a = static_cast<int>(AL{}(thr, v)), m = a % 64, k = a / 64;
+      for (int s = 0; s < kBN / 32; ++s) {
+        const int c = static_cast<int>(CL{}(thr, p8_acc_index(s, v)));
+        if (c % 64 != m || c / 64 != 32 * s + fp8_vt_key(k)) return false;
+      }
+    }
+  return true;
+}
+
+// The FP8 scales of the kernel (FlashFp8Operands); unused in bf16.
+struct Fp8Scales {
+  const float* sq = nullptr;
+  const float* sk = nullptr;
+  const float* sv = nullptr;
+};
 
 // kPingPong: the two consumer warpgroups take turns issuing their chunk's
 // GEMMs (two named barriers), so one's softmax runs under the other's GEMMs
 // (FlashAttention-3's inter-warpgroup schedule); only when both have rows.
-template <int kBN, int kStages, bool kPingPong>
+template <bool kFp8, int kBN, int kStages, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_flash_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                            const __grid_constant__ CUtensorMap tm_v, const int32_t* __restrict__ cu, int nseq, int h,
-                           float scale_log2, uint16_t* __restrict__ o, float* __restrict__ lse) {
+                           float scale_log2, Fp8Scales f8, uint16_t* __restrict__ o, float* __restrict__ lse) {
   using namespace cute;
-  using Tr = Traits<kBN, kStages>;
+  using Tr = Traits<kFp8, kBN, kStages>;
   using Smem = typename Tr::Smem;
   using LayoutQ = typename Tr::LayoutQ;
   using LayoutK = typename Tr::LayoutK;
   using LayoutV = typename Tr::LayoutV;
   constexpr uint32_t kBytesQ = Tr::kBytesQ, kBytesKV = Tr::kBytesKV;
-  QTile t;
-  if (!q_tile(static_cast<int>(blockIdx.x), cu, nseq, t)) return;
+  constexpr int kBoxCols = Tr::kBoxCols, kBoxes = Tr::kBoxes;
+  constexpr float kPOffset = kFp8 ? kFp8AttnPLog2 : 0.f;  // log2 of P's factor
+  AttnTile t;
+  if (!attn_tile(static_cast<int>(blockIdx.x), cu, nseq, t)) return;
   const int head = static_cast<int>(blockIdx.y);
   const int chunks = static_cast<int>((t.end - t.begin + kBN - 1) / kBN);
   const int col0 = head * kHD;
@@ -168,18 +219,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr uint64_t kHint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_LAST);
     const int q0 = static_cast<int>(t.q0), kv0 = static_cast<int>(t.begin);
     TxBarrier::arrive_and_expect_tx(&sm.full_q, kBytesQ);
-    for (int b = 0; b < kHD / 64; ++b)
-      SM90_TMA_LOAD_2D::copy(&tm_q, &sm.full_q, kHintQ, &sm.q[b * 64 * kBM], col0 + b * 64, q0);
+    for (int b = 0; b < kBoxes; ++b)
+      SM90_TMA_LOAD_2D::copy(&tm_q, &sm.full_q, kHintQ, &sm.q[b * kBoxCols * kBM], col0 + b * kBoxCols, q0);
     for (int j = 0; j < chunks; ++j) {
       const int s = j % kStages, ph = ((j / kStages) & 1) ^ 1;
       Barrier::wait(&sm.empty_k[s], ph);
       TxBarrier::arrive_and_expect_tx(&sm.full_k[s], kBytesKV);
-      for (int b = 0; b < kHD / 64; ++b)
-        SM90_TMA_LOAD_2D::copy(&tm_k, &sm.full_k[s], kHint, &sm.k[s][b * 64 * kBN], col0 + b * 64, kv0 + j * kBN);
+      for (int b = 0; b < kBoxes; ++b)
+        SM90_TMA_LOAD_2D::copy(&tm_k, &sm.full_k[s], kHint, &sm.k[s][b * kBoxCols * kBN], col0 + b * kBoxCols,
+                               kv0 + j * kBN);
       Barrier::wait(&sm.empty_v[s], ph);
       TxBarrier::arrive_and_expect_tx(&sm.full_v[s], kBytesKV);
-      for (int b = 0; b < kHD / 64; ++b)
-        SM90_TMA_LOAD_2D::copy(&tm_v, &sm.full_v[s], kHint, &sm.v[s][b * 64 * kBN], col0 + b * 64, kv0 + j * kBN);
+      if constexpr (kFp8) {  // V^T [H * 128, vt_cols]: the head's 128 rows, tile (first + j)'s columns
+        SM90_TMA_LOAD_2D::copy(&tm_v, &sm.full_v[s], kHint, &sm.v[s][0], (t.first + j) * kAttnTile, col0);
+      } else {
+        for (int b = 0; b < kBoxes; ++b)
+          SM90_TMA_LOAD_2D::copy(&tm_v, &sm.full_v[s], kHint, &sm.v[s][b * kBoxCols * kBN], col0 + b * kBoxCols,
+                                 kv0 + j * kBN);
+      }
     }
     return;
   }
@@ -215,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto tSrQ = thr_s.make_fragment_A(thr_s.partition_A(sQ));  // descriptors (MMA, MMA_M, MMA_K)
   auto acc_s = partition_fragment_C(mma_s, cute::Shape<Int<kBM>, Int<kBN>>{});
   auto acc_o = partition_fragment_C(mma_o, cute::Shape<Int<kBM>, Int<kHD>>{});
-  // P as the P V wgmma's register A operand: (MMA, MMA_M, MMA_K) bf16.
+  // P as the P V wgmma's register A operand: (MMA, MMA_M, MMA_K) bf16 or e4m3.
   auto p_shape = make_tensor(make_smem_ptr(&sm.q[0]), make_layout(cute::Shape<Int<kBM>, Int<kBN>>{}, LayoutRight{}));
   auto p = thr_o.partition_fragment_A(p_shape);
   static_assert(decltype(size(acc_s))::value == kBN / 2 && decltype(size(p))::value == kBN / 2, "fragment shapes");
@@ -223,6 +280,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Accumulator value i lies in row (i / 2) % 2 of the thread's two rows, and
   // column 8 (i / 4) + 2 (lane % 4) + i % 2 of the chunk.
   const int lane_col = 2 * (ct % 4);
+  const int warp = (ct % 128) / 32, lane = ct % 32;
+  const int64_t row0 = t.q0 + wg * 64 + warp * 16 + lane / 4;
 
   // Ping-pong: warpgroup w issues after named barrier 1 + w completes (its
   // own 128 threads + the other's 128 arrivals), then lets the other go.
@@ -261,12 +320,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     warpgroup_commit_batch();
   };
 
-  // Running state of the thread's two rows: raw-score maximum, partial sums
-  // of p over the thread's columns (reduced over the quad at the end), and
-  // the factor that moves O from the previous maximum to the current one.
-  float m_raw[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2] = {1.f, 1.f};
-  // Online softmax of a finished S(j) in place (acc_s becomes p in fp32).
-  auto softmax = [&](int j) {
+  // Running state of the thread's two rows: the maximum (bf16: of the raw
+  // scores; FP8: in log2 units), partial sums of p over the thread's columns
+  // (reduced over the quad at the end), and the factor that moves O from the
+  // previous maximum to the current one. cq: the rows' score factor before
+  // the key tile's scale.
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2] = {1.f, 1.f}, cq[2];
+  for (int r = 0; r < 2; ++r)
+    cq[r] = kFp8 && row0 + 8 * r < t.end ? scale_log2 * f8.sq[(row0 + 8 * r) * h + head] : scale_log2;
+  // FP8: the V scales of O's units (sv_o) and of the P in registers (sv_p).
+  float sv_o = 1.f, sv_p = 1.f;
+  auto tile_scale = [&](const float* sc, int j) { return kFp8 ? sc[(t.first + j) * h + head] : 1.f; };
+  // Online softmax of a finished S(j) in place (acc_s becomes p in fp32); sk: K tile j's scale.
+  auto softmax = [&](int j, float sk) {
     warpgroup_fence_operand(acc_s);
     const int64_t valid = t.end - t.begin - static_cast<int64_t>(j) * kBN;
     if (valid < kBN) {
@@ -274,51 +340,77 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < size(acc_s); ++i)
         if (8 * (i / 4) + lane_col + (i % 2) >= valid) acc_s(i) = -INFINITY;
     }
-    float mx[2] = {m_raw[0], m_raw[1]};
+    float mx[2] = {-INFINITY, -INFINITY}, c[2], neg[2];
     CUTE_UNROLL
     for (int i = 0; i < size(acc_s); ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], acc_s(i));
-    float neg[2];
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
-      mx[r] = quad_max(mx[r]);
-      // m_raw is -inf only before the first chunk, whose every row has a live key.
-      alpha[r] = ex2((m_raw[r] - mx[r]) * scale_log2);
-      m_raw[r] = mx[r];
-      neg[r] = -mx[r] * scale_log2;
+      // Every chunk has a live key in every row, so the new maximum is finite; m is -inf only before the
+      // first chunk.
+      if constexpr (kFp8) {
+        c[r] = cq[r] * sk;
+        const float m_new = fmaxf(m[r], quad_max(mx[r]) * c[r]);
+        alpha[r] = ex2_fast_f32(m[r] - m_new);
+        m[r] = m_new;
+        neg[r] = kPOffset - m_new;
+      } else {
+        c[r] = scale_log2;
+        const float m_new = fmaxf(m[r], quad_max(mx[r]));
+        alpha[r] = ex2_fast_f32((m[r] - m_new) * scale_log2);
+        m[r] = m_new;
+        neg[r] = -m_new * scale_log2;
+      }
     }
     float sum[2] = {0.f, 0.f};
     CUTE_UNROLL
     for (int i = 0; i < size(acc_s); ++i) {
-      const float e = ex2(__fmaf_rn(acc_s(i), scale_log2, neg[(i / 2) % 2]));
+      const int r = (i / 2) % 2;
+      const float e = ex2_fast_f32(__fmaf_rn(acc_s(i), c[r], neg[r]));
       acc_s(i) = e;
-      sum[(i / 2) % 2] += e;
+      sum[r] += e;
     }
     l[0] = __fmaf_rn(l[0], alpha[0], sum[0]);
     l[1] = __fmaf_rn(l[1], alpha[1], sum[1]);
   };
   auto to_p = [&] {
-    auto pw = cute::recast<uint32_t>(p);  // the bf16x2 of cvt.rn is the register
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_s); i += 2) pw(i / 2) = bf16x2_rn(acc_s(i + 1), acc_s(i));
+    auto pw = cute::recast<uint32_t>(p);  // the bf16x2 or e4m3x4 of cvt.rn is the register
+    if constexpr (kFp8) {
+      static_assert(p8_fragment_matches_vt<typename Tr::MmaS, typename Tr::MmaO, kBN>(), "P's registers");
+      CUTE_UNROLL
+      for (int s = 0; s < kBN / 32; ++s)
+        CUTE_UNROLL
+        for (int q = 0; q < 4; ++q)
+          pw(4 * s + q) = e4m3x4_rn(acc_s(p8_acc_index(s, 4 * q)), acc_s(p8_acc_index(s, 4 * q + 1)),
+                                    acc_s(p8_acc_index(s, 4 * q + 2)), acc_s(p8_acc_index(s, 4 * q + 3)));
+    } else {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); i += 2) pw(i / 2) = bf16x2_rn(acc_s(i + 1), acc_s(i));
+    }
     warpgroup_fence_operand(p);
   };
   auto rescale_o = [&] {
+    const float ratio = kFp8 ? sv_o / sv_p : 1.f;
+    const float f[2] = {alpha[0] * ratio, alpha[1] * ratio};
     warpgroup_fence_operand(acc_o);
     CUTE_UNROLL
-    for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= alpha[(i / 2) % 2];
+    for (int i = 0; i < size(acc_o); ++i) acc_o(i) *= f[(i / 2) % 2];
     warpgroup_fence_operand(acc_o);
   };
 
   Barrier::wait(&sm.full_q, 0);
+  float sk = tile_scale(f8.sk, 0), sv = tile_scale(f8.sv, 0);
   wait_k(0);
   turn_begin();
   issue_s(0);
   turn_end();
   warpgroup_wait<0>();
   release_k(0);
-  softmax(0);
+  softmax(0, sk);
   to_p();
+  sv_p = sv;
   for (int j = 1; j < chunks; ++j) {
+    sk = tile_scale(f8.sk, j);  // loads in flight under the wait and the GEMMs
+    sv = tile_scale(f8.sv, j);
     wait_k(j);
     turn_begin();
     issue_s(j);
@@ -326,18 +418,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     wait_v(j - 1);
     issue_pv(j - 1);
     turn_end();
+    sv_o = sv_p;
     warpgroup_wait<1>();  // S(j) done, P V(j - 1) in flight
     release_k(j);
-    softmax(j);
+    softmax(j, sk);
     warpgroup_wait<0>();
     release_v(j - 1);
     to_p();
+    sv_p = sv;
   }
   if (chunks > 1) rescale_o();
   wait_v(chunks - 1);
   turn_begin();
   issue_pv(chunks - 1);
   turn_end();
+  sv_o = sv_p;
   // Warpgroup 1's last turn_end arrives on warpgroup 0's barrier: consume it,
   // so both barriers end balanced.
   if (pingpong && wg == 0) cutlass::arch::NamedBarrier::sync(256, 1);
@@ -345,16 +440,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   release_v(chunks - 1);
   warpgroup_fence_operand(acc_o);
 
-  // Epilogue: O / l as bf16 pairs and the rows' LSE (lane 0 of each quad).
+  // Epilogue: O sv_o / l as bf16 pairs and the rows' LSE (lane 0 of each quad).
   float inv[2];
-  const int warp = (ct % 128) / 32, lane = ct % 32;
-  const int64_t row0 = t.q0 + wg * 64 + warp * 16 + lane / 4;
   CUTE_UNROLL
   for (int r = 0; r < 2; ++r) {
     const float lr = quad_sum(l[r]);
-    inv[r] = 1.f / lr;
+    inv[r] = kFp8 ? sv_o / lr : 1.f / lr;
     const int64_t row = row0 + 8 * r;
-    if (lane % 4 == 0 && row < t.end) lse[row * h + head] = (m_raw[r] * scale_log2 + log2f(lr)) * 0.69314718055994531f;
+    const float m_log2 = kFp8 ? m[r] - kPOffset : m[r] * scale_log2;
+    if (lane % 4 == 0 && row < t.end) lse[row * h + head] = (m_log2 + log2f(lr)) * 0.69314718055994531f;
   }
   CUTE_UNROLL
   for (int i = 0; i < size(acc_o); i += 2) {
@@ -368,26 +462,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-template <int kBN, int kStages, bool kPingPong>
-void launch(const AttentionParams& p, const AttentionShape& a, cudaStream_t s) {
-  constexpr size_t kSmem = Traits<kBN, kStages>::kSmemBytes;
+// TMA descriptors of one call: q, k [T, H * 128] and v (bf16 [T, H * 128], or
+// the FP8 V^T [H * 128, vt_cols]).
+struct Maps {
+  CUtensorMap q, k, v;
+};
+
+template <bool kFp8, int kBN, int kStages, bool kPingPong>
+void launch(const AttentionParams& p, const AttentionShape& a, const Maps& m, Fp8Scales f8, cudaStream_t s) {
+  constexpr size_t kSmem = Traits<kFp8, kBN, kStages>::kSmemBytes;
   static std::once_flag attr;
   std::call_once(attr, [] {
-    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(attention_flash_kernel<kBN, kStages, kPingPong>,
+    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(attention_flash_kernel<kFp8, kBN, kStages, kPingPong>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   });
-  const int64_t cols = a.h * kHD;
-  const CUtensorMap tq = tma_map_bf16(p.q.data(), a.t, cols, cols, 64, kBM, CU_TENSOR_MAP_SWIZZLE_128B, "attention q");
-  const CUtensorMap tk = tma_map_bf16(p.k.data(), a.t, cols, cols, 64, kBN, CU_TENSOR_MAP_SWIZZLE_128B, "attention k");
-  const CUtensorMap tv = tma_map_bf16(p.v.data(), a.t, cols, cols, 64, kBN, CU_TENSOR_MAP_SWIZZLE_128B, "attention v");
-  // Tiles <= sum over samples of (len / kBM + 1): the grid's bound without reading cu_seqlens.
-  const int64_t tiles = (a.t + kBM - 1) / kBM + a.nseq;
+  const int64_t tiles = attn_tiles_bound(a.t, a.nseq);
   const float scale_log2 = p.scale * 1.4426950408889634f;
-  attention_flash_kernel<kBN, kStages, kPingPong>
+  attention_flash_kernel<kFp8, kBN, kStages, kPingPong>
       <<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a.h)), kThreads, kSmem, s>>>(
-          tq, tk, tv, a.cu, static_cast<int>(a.nseq), static_cast<int>(a.h), scale_log2, p.o.data_as<uint16_t>(),
-          p.lse.data_as<float>());
+          m.q, m.k, m.v, a.cu, static_cast<int>(a.nseq), static_cast<int>(a.h), scale_log2, f8,
+          p.o.data_as<uint16_t>(), p.lse.data_as<float>());
   MAGI2_CUDA_CHECK_LAUNCH("attention_flash");
+}
+
+void check_flash(const AttentionParams& p, const AttentionShape& a) {
+  MAGI2_CHECK(attention_flash_supported(a.hd), "attention_flash: needs head dim ", kHD, " (got ", a.hd, ")");
+  MAGI2_CHECK(p.lse.defined(), "attention_flash: needs the lse output (the sink is deferred to attn_out)");
+  MAGI2_CHECK(a.t < (int64_t{1} << 31) && a.nseq < (int64_t{1} << 30), "attention_flash: too many tokens (", a.t,
+              ")");
 }
 
 }  // namespace
@@ -395,16 +497,35 @@ void launch(const AttentionParams& p, const AttentionShape& a, cudaStream_t s) {
 bool attention_flash_supported(int64_t hd) { return hd == kHD; }
 
 void attention_flash(const AttentionParams& p, const AttentionShape& a, cudaStream_t s, FlashVariant v) {
-  MAGI2_CHECK(attention_flash_supported(a.hd), "attention_flash: needs head dim ", kHD, " (got ", a.hd, ")");
-  MAGI2_CHECK(p.lse.defined(), "attention_flash: needs the lse output (the sink is deferred to attn_out)");
-  MAGI2_CHECK(a.t < (int64_t{1} << 31) && a.nseq < (int64_t{1} << 30), "attention_flash: too many tokens (", a.t,
-              ")");
+  check_flash(p, a);
   if (a.t == 0 || a.h == 0) return;
+  const int64_t cols = a.h * kHD;
+  constexpr int kBox = 64;  // bf16 columns in a 128-byte swizzle row
   // 176 keys a chunk (FlashAttention-3's choice for head dim 128 without a
   // mask) measured ~25 % slower here (docs/perf.md), so only 128 is built.
-  if (v == FlashVariant::kNoPingPong) return launch<128, 2, false>(p, a, s);
-  if (v == FlashVariant::kThreeStages) return launch<128, 3, true>(p, a, s);
-  launch<128, 2, true>(p, a, s);
+  constexpr int kBN = 128;
+  const Maps m{tma_map_2d(p.q.data(), TmaElem::kBf16, a.t, cols, cols, kBox, kBM, CU_TENSOR_MAP_SWIZZLE_128B,
+                          "attention q"),
+               tma_map_2d(p.k.data(), TmaElem::kBf16, a.t, cols, cols, kBox, kBN, CU_TENSOR_MAP_SWIZZLE_128B,
+                          "attention k"),
+               tma_map_2d(p.v.data(), TmaElem::kBf16, a.t, cols, cols, kBox, kBN, CU_TENSOR_MAP_SWIZZLE_128B,
+                          "attention v")};
+  if (v == FlashVariant::kNoPingPong) return launch<false, kBN, 2, false>(p, a, m, {}, s);
+  if (v == FlashVariant::kThreeStages) return launch<false, kBN, 3, true>(p, a, m, {}, s);
+  launch<false, kBN, 2, true>(p, a, m, {}, s);
+}
+
+void attention_flash_fp8(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
+                         cudaStream_t s) {
+  check_flash(p, a);
+  if (a.t == 0 || a.h == 0) return;
+  const int64_t cols = a.h * kHD;
+  const Maps m{tma_map_2d(f.q, TmaElem::kU8, a.t, cols, cols, kHD, kBM, CU_TENSOR_MAP_SWIZZLE_128B, "attention q8"),
+               tma_map_2d(f.k, TmaElem::kU8, a.t, cols, cols, kHD, kAttnTile, CU_TENSOR_MAP_SWIZZLE_128B,
+                          "attention k8"),
+               tma_map_2d(f.vt, TmaElem::kU8, cols, f.vt_cols, f.vt_cols, kAttnTile, kHD,
+                          CU_TENSOR_MAP_SWIZZLE_128B, "attention v8^T")};
+  launch<true, kAttnTile, 2, true>(p, a, m, {f.sq, f.sk, f.sv}, s);
 }
 
 }  // namespace magi2::cuda

@@ -32,4 +32,43 @@ enum class FlashVariant { kDefault, kNoPingPong, kThreeStages };
 void attention_flash(const AttentionParams& p, const AttentionShape& a, cudaStream_t s,
                      FlashVariant v = FlashVariant::kDefault);
 
+/// The FP8 operands of one attention call (AttentionParams::fp8), on the
+/// device; attention_fp8_quantize writes them, attention_flash_fp8 reads them.
+/// Scales and tiles as kFp8AttnTile's comment (ops/numerics.h).
+struct FlashFp8Operands {
+  uint8_t* q = nullptr;   ///< e4m3 [T, H, 128]: q / sq
+  uint8_t* k = nullptr;   ///< e4m3 [T, H, 128]: k / sk of the key's tile
+  uint8_t* vt = nullptr;  ///< e4m3 [H, 128, vt_cols]: v / sv transposed, tile i in columns [128 i, 128 i + 128)
+                          ///< with the keys of each 16 in the order P's registers hold them (attention_fp8.cu)
+  float* sq = nullptr;    ///< [T, H] f32
+  float* sk = nullptr;    ///< [tiles, H] f32 (tiles = attn_tiles_bound(T, nseq))
+  float* sv = nullptr;    ///< [tiles, H] f32
+  int64_t vt_cols = 0;    ///< 128 * tiles
+};
+
+/// Device bytes of FlashFp8Operands for T tokens, H heads and nseq samples.
+int64_t attention_fp8_bytes(int64_t t, int64_t h, int64_t nseq);
+/// FlashFp8Operands carved out of `base` (attention_fp8_bytes(t, h, nseq)
+/// device bytes, 256-byte aligned).
+FlashFp8Operands attention_fp8_layout(void* base, int64_t t, int64_t h, int64_t nseq);
+
+/// Quantises p.q, p.k, p.v (bf16 [T, H, 128]) into `f` (attention_fp8.cu);
+/// the scales and e4m3 values are those of the CPU reference
+/// (cpu/attention_fp8.cpp) bit for bit. Enqueues on `s`, no host wait.
+void attention_fp8_quantize(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
+                            cudaStream_t s);
+
+/// attention_flash on the FP8 operands `f` of p (attention_fp8_quantize):
+/// e4m3 wgmma for Q K^T and P V, P = e4m3(2^8 p), fp32 softmax and
+/// accumulation, o bf16 and lse f32 as attention_flash. Same preconditions.
+void attention_flash_fp8(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
+                         cudaStream_t s);
+
+/// AttentionParams::fp8 on CUDA: attention_fp8_quantize into scratch owned
+/// per (device, stream), then attention_flash_fp8. A call larger than any
+/// before on its stream grows the scratch (after a wait for the stream), so
+/// that call must run outside stream capture (Error otherwise, as cuDNN's
+/// plans); calls that fit allocate nothing.
+void attention_fp8(const AttentionParams& p, const AttentionShape& a, cudaStream_t s);
+
 }  // namespace magi2::cuda

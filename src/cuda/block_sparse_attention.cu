@@ -124,11 +124,8 @@ const SparsePlan& plan_for(const BlockSparseAttentionParams& p, int64_t t, cudaS
   std::lock_guard<std::mutex> lock(c.mu);
   auto it = c.plans.find(key);
   if (it != c.plans.end()) return *it->second;
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
-  MAGI2_CHECK(cap == cudaStreamCaptureStatusNone, "CUDA backend: block_sparse_attention: the pair list (",
-              p.q_ranges.size(0), " pairs, ", t, " tokens) was not planned before stream capture (run one eager "
-              "forward of this layout first)");
+  check_not_capturing(s, "CUDA backend: block_sparse_attention: the pair list (", p.q_ranges.size(0), " pairs, ",
+                      t, " tokens) was not planned before stream capture (run one eager forward of this layout first)");
   return *c.plans.emplace(key, build_plan(p.q_ranges, p.k_ranges, t)).first->second;
 }
 

@@ -100,10 +100,7 @@ class CudaCopyQueue final : public CopyQueue {
                 fences_.size());
     return fences_[static_cast<size_t>(f)];
   }
-  bool capturing() const {
-    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-    return cudaStreamIsCapturing(compute_, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone;
-  }
+  bool capturing() const { return stream_capturing(compute_); }
 
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   cudaEvent_t from_compute_ = nullptr;

@@ -32,6 +32,20 @@
 
 namespace magi2::cuda {
 
+/// Whether `s` is capturing a CUDA graph (false if the query itself fails).
+inline bool stream_capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(s, &st) == cudaSuccess && st != cudaStreamCaptureStatusNone;
+}
+
+/// Throws Error(str_cat(message...)) while `s` captures a CUDA graph: the
+/// first call of a shape allocates or plans (not capturable), so it must run
+/// eagerly before capture. The message names what was missing and that fix.
+template <typename... Message>
+void check_not_capturing(cudaStream_t s, const Message&... message) {
+  if (stream_capturing(s)) throw Error(str_cat(message...));
+}
+
 /// Checks that t is a 2-D device tensor [rows, cols] with unit column stride.
 void check_2d(const Tensor& t, int64_t rows, int64_t cols, const char* what);
 /// The row groups' bounds cu[0..3] packed for a kernel argument (device_fp.cuh group_of).

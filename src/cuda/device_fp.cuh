@@ -100,6 +100,13 @@ __device__ __forceinline__ void exp2_table_to_shared(uint64_t* dst) {
 }
 
 __device__ __forceinline__ float sigmoid_f32(float z) { return 1.0f / (1.0f + exp_f32(-z)); }
+/// 2^x on the SFU (ex2.approx.ftz: ~2 ulp, subnormal results flushed to 0):
+/// the softmax of the flash kernels and sigmoid_fast_f32. Deterministic.
+__device__ __forceinline__ float ex2_fast_f32(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 /// fp32 sigmoid on the SFU (__expf and the fast reciprocal division): a few ulp
 /// from sigmoid_f32 at a fraction of its cost (the glibc-exact exp made the
 /// routed experts' SwiGLU7 pass compute-bound). Only for kernels judged within
@@ -116,8 +123,8 @@ __device__ __forceinline__ float sigmoid_f32(float z) { return 1.0f / (1.0f + ex
 /// instructions each), which matter in the fused expert kernel's SwiGLU7.
 __device__ __forceinline__ float sigmoid_fast_f32(float z) {
   const float t = -z * 1.4426950408889634f;  // __expf's own scaling: ex2(x log2 e), x = -z
-  float e, r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(t));
+  const float e = ex2_fast_f32(t);
+  float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
   return r;
 }

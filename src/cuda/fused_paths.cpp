@@ -13,10 +13,8 @@ namespace magi2::cuda {
 
 void* SplitScratch::get(size_t bytes, cudaStream_t s, const char* what) {
   if (bytes <= bytes_) return buf_.get();
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
-  MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, what, ": no scratch planned for ", bytes,
-              " bytes; run one eager forward at this shape before capturing a CUDA graph");
+  check_not_capturing(s, what, ": no scratch planned for ", bytes,
+                      " bytes; run one eager forward at this shape before capturing a CUDA graph");
   MAGI2_CUDA_CHECK(cudaStreamSynchronize(s));  // earlier kernels may still read the old buffer
   buf_ = alloc_(bytes);
   bytes_ = bytes;

@@ -348,10 +348,10 @@ void moe_expert_fused(const ExpertFusedArgs& a, cudaStream_t s) {
   });
   const int64_t bank_rows = static_cast<int64_t>(a.nf) * a.dh;
   const CUtensorMap tg =
-      tma_map_bf16(a.w_gate, bank_rows, a.de, a.de, kBC, kDH, CU_TENSOR_MAP_SWIZZLE_64B, "moe_expert_fused w_gate");
+      tma_map_2d(a.w_gate, TmaElem::kBf16, bank_rows, a.de, a.de, kBC, kDH, CU_TENSOR_MAP_SWIZZLE_64B, "moe_expert_fused w_gate");
   const CUtensorMap tu =
-      tma_map_bf16(a.w_up, bank_rows, a.de, a.de, kBC, kDH, CU_TENSOR_MAP_SWIZZLE_64B, "moe_expert_fused w_up");
-  const CUtensorMap td = tma_map_bf16(a.w_down, static_cast<int64_t>(a.nf) * a.de, a.dh, a.dh, 64, kBC,
+      tma_map_2d(a.w_up, TmaElem::kBf16, bank_rows, a.de, a.de, kBC, kDH, CU_TENSOR_MAP_SWIZZLE_64B, "moe_expert_fused w_up");
+  const CUtensorMap td = tma_map_2d(a.w_down, TmaElem::kBf16, static_cast<int64_t>(a.nf) * a.de, a.dh, a.dh, 64, kBC,
                                       CU_TENSOR_MAP_SWIZZLE_128B, "moe_expert_fused w_down");
   expert_tile_scan<<<1, kScanThreads, 0, s>>>(a.offsets, a.nf, a.tile_start);
   MAGI2_CUDA_CHECK_LAUNCH("moe_expert_fused tile scan");

@@ -354,10 +354,8 @@ std::array<Fp8Bank, 3> fp8_banks(const MoeExpertsParams& prm, uint16_t* out, int
 
 uint16_t* MoeExpertsRunner::dequant_buffer(int banks, int64_t bank_elems, cudaStream_t s) {
   if (!wdq_ || wdq_banks_ < banks || wdq_bank_elems_ != bank_elems) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
-    MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no FP8 dequantisation buffer planned; run one "
-                                                   "eager forward before capturing a CUDA graph");
+    check_not_capturing(s, "moe_experts: no FP8 dequantisation buffer planned; run one eager forward before "
+                        "capturing a CUDA graph");
     MAGI2_CUDA_CHECK(cudaStreamSynchronize(s));  // the old buffer may still be in use
     if (side_) MAGI2_CUDA_CHECK(cudaStreamSynchronize(side_->stream));
     wdq_.reset();
@@ -377,10 +375,8 @@ void MoeExpertsRunner::prefetch(const MoeExpertsParams& prm, cudaStream_t s, boo
   const int64_t bank = nf * dh * de;
   uint16_t* dq = dequant_buffer(3, bank, s);
   if (!side_) {
-    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
-    MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no FP8 prefetch stream made; run one eager "
-                                                   "forward before capturing a CUDA graph");
+    check_not_capturing(s, "moe_experts: no FP8 prefetch stream made; run one eager forward before capturing a "
+                        "CUDA graph");
     side_ = std::make_unique<Side>();
   }
   // The fork orders the pass after everything on s so far: the previous layer's experts have read wdq_.
@@ -415,10 +411,8 @@ void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, i
   if (plan_ && plan_->t == t && plan_->mh == mh && plan_->ne == ne && plan_->k == k && plan_->dh == dh &&
       plan_->de == de && plan_->fused == fused)
     return;
-  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
-  MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no workspace planned for ", t_call,
-              " tokens; run one eager forward at this token count before capturing a CUDA graph");
+  check_not_capturing(s, "moe_experts: no workspace planned for ", t_call,
+                      " tokens; run one eager forward at this token count before capturing a CUDA graph");
   MAGI2_CUDA_CHECK(cudaStreamSynchronize(s));  // the old plan's buffers may still be in use
   plan_.reset();
   auto p = std::make_unique<Plan>();
@@ -549,10 +543,8 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts route order");
   if (w8a8) {
     if (!p.w8a8) {
-      cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-      MAGI2_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
-      MAGI2_CHECK(cs == cudaStreamCaptureStatusNone, "moe_experts: no W8A8 workspace planned; run one eager "
-                                                     "forward before capturing a CUDA graph");
+      check_not_capturing(s, "moe_experts: no W8A8 workspace planned; run one eager forward before capturing a "
+                          "CUDA graph");
       p.w8a8 = std::make_unique<MoeW8a8>(nf, p.max_rows, dh, de, LentBuffer{p.xp.get(), p.xp_bytes},
                                          LentBuffer{p.hbuf.get(), p.hbuf_bytes}, alloc_);
     }

@@ -25,15 +25,16 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
 
 }  // namespace
 
-CUtensorMap tma_map_bf16(const void* base, int64_t rows, int64_t cols, int64_t ld, int box_cols, int box_rows,
-                         CUtensorMapSwizzle swizzle, const char* what) {
+CUtensorMap tma_map_2d(const void* base, TmaElem elem, int64_t rows, int64_t cols, int64_t ld, int box_cols,
+                       int box_rows, CUtensorMapSwizzle swizzle, const char* what) {
+  const bool bf16 = elem == TmaElem::kBf16;
   CUtensorMap m{};
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * (bf16 ? 2 : 1)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUresult res = encode_fn()(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides,
-                                   box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult res = encode_fn()(&m, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides,
+                                   box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   MAGI2_CHECK(res == CUDA_SUCCESS, "TMA: the driver refused the descriptor of ", what, " (error ",
               static_cast<int>(res), ")");

@@ -67,12 +67,19 @@ constexpr uint64_t kDitBuffers = 1 + 26;
 // kernel, two for the GEMM path), or W8A8's two transposed e4m3 banks and its
 // activation scales (src/cuda/moe_w8a8.cu). The fused routed-expert kernel is
 // assumed where it applies (the default; MAGI2_MOE_KERNEL=epilogue|reference
-// are diagnostics and need the GEMM path's larger workspace).
+// are diagnostics and need the GEMM path's larger workspace). FP8 attention
+// (--cuda-attention fp8) adds its e4m3 Q, K, V^T and scales
+// (attention_fp8_bytes in src/cuda/attention_fp8.cu; V^T's tiles bounded with
+// kAttnFp8Samples samples a call).
 // The smallest routed-expert pass the memory advice names (--moe-max-rows):
 // below it the passes get many and short.
 constexpr int64_t kMinAdvisedMoeRows = 65536;
+// The samples of one DiT attention call the FP8 attention's scratch is
+// planned for (two CFG branches, each with its reference images).
+constexpr uint64_t kAttnFp8Samples = 16;
 
-uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Compute compute, int64_t moe_max_rows) {
+uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Compute compute, int64_t moe_max_rows,
+                     bool attn_fp8) {
   const uint64_t h = a.num_heads_q(), hd = a.head_dim, d = a.hidden_size;
   if (!cuda) return std::max<uint64_t>(2 * n * h * hd * 4, n * std::max<uint64_t>(a.virtual_width(), a.dense_intermediate()) * 4);
   uint64_t moe = 0;
@@ -96,7 +103,12 @@ uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Comput
       moe += (fused ? 3 : 2) * nf * dh * de * 2;
   }
   (void)d;
-  return kCudaRuntimeReserve + kCudaGemmWorkspace + moe + n * h * 4 + kDitBuffers * kCudaRounding;
+  uint64_t attn = 0;
+  if (attn_fp8) {
+    const uint64_t tiles = (n + kFp8AttnTile - 1) / kFp8AttnTile + kAttnFp8Samples;
+    attn = 2 * n * h * hd + h * hd * tiles * kFp8AttnTile + n * h * 4 + 2 * tiles * h * 4 + 6 * 256;
+  }
+  return kCudaRuntimeReserve + kCudaGemmWorkspace + moe + attn + n * h * 4 + kDitBuffers * kCudaRounding;
 }
 
 // Peak activations of the Qwen3.5 text model over L tokens (src/models/qwen35/
@@ -422,7 +434,8 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   dit.activations = DitWorkspace::planned_bytes(a, pack.total_tokens, pack.width) +
                     DenoiseLoop::planned_bytes(pack, m.steps, a.out_channels());
   dit.workspace = dit_scratch(a, pack.total_tokens, cuda, s.fp8,
-                              fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute"), s.opt.cuda.moe_max_rows);
+                              fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute"), s.opt.cuda.moe_max_rows,
+                              s.opt.cuda.attention == "fp8");
   dit.source = str_cat("weights: the official tensor list at its parameter dtypes",
                        dit.weights_mapped ? " (mmap'd views)" : "",
                        s.layerwise ? str_cat(" (--offload layerwise: non-layer tensors + 2 layer slots of ",
@@ -433,7 +446,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
                        "buffers (exact); workspace: formula (",
                        cuda ? "CUDA libraries 512 MiB + GEMM 32 MiB + MoE plan + attention stats + allocator rounding"
                             : "the CPU attention's fp32 K/V copies",
-                       ")");
+                       cuda && s.opt.cuda.attention == "fp8" ? " + FP8 attention operands" : "", ")");
   // --text-encoder-device auto puts the text encoder on the DiT's backend (its weights uploaded there).
   const bool te_gpu = cuda && s.opt.text_encoder_device == "auto";
   if (s.te && p.text_features.empty()) {
@@ -646,7 +659,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
       if (cuda && !a.moe_layers.empty() && !weights_alone) {
         const Fp8Compute fc = fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute");
         for (int64_t r = s.opt.cuda.moe_max_rows / 2; r >= kMinAdvisedMoeRows && rows_fit == 0; r /= 2)
-          if (need - d->workspace + dit_scratch(a, pack.total_tokens, cuda, s.fp8, fc, r) <= budget) rows_fit = r;
+          if (need - d->workspace + dit_scratch(a, pack.total_tokens, cuda, s.fp8, fc, r, s.opt.cuda.attention == "fp8") <= budget) rows_fit = r;
       }
       const std::string rows = rows_fit > 0 ? str_cat("--moe-max-rows ", rows_fit, " (smaller routed-expert passes, "
                                                       "the same bytes), ")

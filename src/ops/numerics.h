@@ -196,6 +196,15 @@ MAGI2_HD float fp8_act_scale(float amax) { return amax == 0.0f ? 1.0f : amax / k
 /// exceed 448 by an ulp after the scale's rounding: it saturates to 448).
 MAGI2_HD uint8_t fp8_act_quant(float v, float scale) { return f32_to_e4m3_bits(v / scale); }
 
+/// FP8 attention (AttentionParams::fp8; docs/fp8.md): Q, K and V as e4m3 with
+/// one scale per query row and head (fp8_act_scale of the row's 128-value
+/// amax), one per 128-token key tile and head for K and likewise for V (tiles
+/// counted from each sample's first token), and P as e4m3(2^8 p): p <= 1, so
+/// the factor keeps values down to 2^-17 in e4m3's subnormal range.
+constexpr int kFp8AttnTile = 128;
+/// log2 of P's factor (kFp8AttnTile's comment): exact in the exponent.
+constexpr float kFp8AttnPLog2 = 8.0f;
+
 /// The factor a W8A8 K-block's fp32 partial sum is multiplied by before it is
 /// added to the fp32 accumulator: a_scale * w_scale, one fp32 rounding (the
 /// order of CUTLASS's sm90 blockwise-scaled mainloop: acc += partial * (sa * sb)).

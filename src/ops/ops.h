@@ -141,6 +141,12 @@ struct AttentionParams {
   float scale = 0.f;
   int head_begin = 0;
   Tensor lse;  ///< optional [T, H] f32 output: defer the sink to attn_out
+  /// FP8 attention (docs/fp8.md; an experiment, off by default): e4m3 Q, K, V
+  /// and P with the scales of kFp8AttnTile's comment, fp32 scores, softmax
+  /// and accumulation, bf16 o. Needs `lse` and head dim 128. The CPU backend
+  /// emulates its rounding points (cpu/attention_fp8.cpp); CUDA runs the own
+  /// flash kernel in FP8 (attention_flash.h).
+  bool fp8 = false;
 };
 
 /// Block-sparse (range-list) attention, the refiner's window attention

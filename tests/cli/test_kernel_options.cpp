@@ -65,7 +65,7 @@ TEST(KernelOptions, EngineOptionsValidateTheChoices) {
   EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--router-bias", "ema or main", "mean"}));
   o = EngineOptions();
   o.cuda.attention = "fast";
-  EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--cuda-attention", "auto, cudnn or fp32", "fast"}));
+  EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--cuda-attention", "auto, cudnn, fp8 or fp32", "fast"}));
   o = EngineOptions();
   o.text_encoder_device = "gpu";
   EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--text-encoder-device", "auto or cpu", "gpu"}));

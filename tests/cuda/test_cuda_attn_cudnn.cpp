@@ -8,7 +8,8 @@
 // 3000 in one call, sinks so large that the output is ~0. The own flash
 // kernel (attention_flash.cu, the DiT's deferred-sink calls under
 // --cuda-attention auto) is held to the same bounds, against the CPU and
-// cuDNN, in each of its variants, and must repeat its bytes. Skips without a GPU.
+// cuDNN, in each of its variants, and must repeat its bytes; in FP8 against
+// the CPU's FP8 reference. Skips without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -74,6 +75,16 @@ double max_abs_f32(const Tensor& a, const Tensor& b) {
 class CudnnAttentionTest : public test::CudaParityTest {
  protected:
   CudnnAttentionTest() : CudaParityTest(777) {}
+  /// Random host q, k, v bf16 [t, heads, hd] (q with sigma q_sigma) and the softmax scale 1 / sqrt(hd).
+  struct Qkv {
+    Tensor q, k, v;
+    float scale;
+  };
+  Qkv qkv(int64_t t, int64_t heads, int64_t hd, float q_sigma) {
+    Tensor q = random({t, heads, hd}, DType::BF16, q_sigma);
+    Tensor k = random({t, heads, hd}, DType::BF16), v = random({t, heads, hd}, DType::BF16);
+    return {q, k, v, 1.f / std::sqrt(static_cast<float>(hd))};
+  }
   std::vector<int32_t> permutation(int64_t n) {
     std::vector<int32_t> p(static_cast<size_t>(n));
     std::iota(p.begin(), p.end(), 0);
@@ -147,20 +158,24 @@ TEST_F(CudnnAttentionTest, AttentionCloseToCpu) {
   }
 }
 
-TEST_F(CudnnAttentionTest, FlashKernelCloseToCpuAndCudnn) {
-  const std::vector<Case> cases = {
+/// The flash kernel's shapes (head dim 128, the lse output): DiT heads, 1-token, empty and whole-tile samples,
+/// a peaky softmax.
+std::vector<Case> flash_cases() {
+  return {
       {"DiT heads, two samples", {0, 1200, 2900}, 24, 128, 0, 2.f, 0.f},
       {"1-token and empty samples, lengths 1..3000", {0, 1, 1, 3001, 3018, 3018, 3531}, 8, 128, 0, 1.f, 0.f},
       {"samples of whole tiles", {0, 128, 384, 640}, 4, 128, 0, 1.f, 0.f},
       {"peaky softmax", {0, 700}, 4, 128, 0, 4.f, 0.f},
   };
+}
+
+TEST_F(CudnnAttentionTest, FlashKernelCloseToCpuAndCudnn) {
+  const std::vector<Case> cases = flash_cases();
   auto s = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
   for (const auto& c : cases) {
     const int64_t t = c.cu.back();
-    Tensor q = random({t, c.heads, c.hd}, DType::BF16, c.q_sigma);
-    Tensor k = random({t, c.heads, c.hd}, DType::BF16), v = random({t, c.heads, c.hd}, DType::BF16);
+    const auto [q, k, v, scale] = qkv(t, c.heads, c.hd, c.q_sigma);
     Tensor sinks = random({c.heads}, DType::F32, 2.f);
-    const float scale = 1.f / std::sqrt(static_cast<float>(c.hd));
     Tensor want = Tensor::empty({t, c.heads, c.hd}, DType::BF16), want_lse = Tensor::empty({t, c.heads}, DType::F32);
     const Tensor cu = i32(c.cu);
     cpu_->attention({.q = q, .k = k, .v = v, .sinks = sinks, .o = want, .cu_seqlens = cu, .scale = scale,
@@ -196,6 +211,60 @@ TEST_F(CudnnAttentionTest, FlashKernelCloseToCpuAndCudnn) {
       EXPECT_EQ(count_diff(down(p.lse), got_lse, "flash lse, second run"), 0) << c.name;
     }
   }
+}
+
+// FP8 (AttentionParams::fp8, --cuda-attention fp8): the quantiser and the
+// flash kernel in FP8 against the CPU's emulation of their rounding points
+// (cpu/attention_fp8.cpp; the GPU sums in another order and uses ex2.approx,
+// so a rare P value lands one e4m3 step away, and o one bf16 ulp), and the
+// FP8 error against the bf16 attention printed and bounded.
+TEST_F(CudnnAttentionTest, FlashFp8CloseToCpuReference) {
+  const std::vector<Case> cases = flash_cases();
+  auto s = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
+  for (const auto& c : cases) {
+    const int64_t t = c.cu.back();
+    const auto [q, k, v, scale] = qkv(t, c.heads, c.hd, c.q_sigma);
+    const Tensor cu = i32(c.cu);
+    Tensor want8 = Tensor::empty({t, c.heads, c.hd}, DType::BF16), want8_lse = Tensor::empty({t, c.heads}, DType::F32);
+    Tensor exact = Tensor::empty(want8.shape(), DType::BF16), exact_lse = Tensor::empty(want8_lse.shape(), DType::F32);
+    cpu_->attention({.q = q, .k = k, .v = v, .o = want8, .cu_seqlens = cu, .scale = scale, .lse = want8_lse,
+                     .fp8 = true});
+    cpu_->attention({.q = q, .k = k, .v = v, .o = exact, .cu_seqlens = cu, .scale = scale, .lse = exact_lse});
+    AttentionParams p{.q = up(q), .k = up(k), .v = up(v), .o = poisoned(want8.shape(), DType::BF16),
+                      .cu_seqlens = up(cu), .max_seqlen = max_len(c.cu), .scale = scale,
+                      .lse = poisoned({t, c.heads}, DType::F32), .fp8 = true};
+    gpu_->attention(p);
+    const Tensor got = down(p.o), got_lse = down(p.lse);
+    const test::Diff d8 = test::compare(got, want8), dx = test::compare(got, exact);
+    const UlpStats us = ulp_stats(got, want8);
+    const double lse8 = max_abs_f32(got_lse, want8_lse), lsex = max_abs_f32(got_lse, exact_lse);
+    std::printf("FP8 flash attention [%s] T=%lld %lldx%lld: vs the CPU's FP8 rel-RMS %.3g, max-abs %.3g, "
+                "%.3f%% identical, max %lld ulp, lse max-abs %.3g; vs bf16 attention rel-RMS %.4f, lse max-abs "
+                "%.4f\n",
+                c.name, static_cast<long long>(t), static_cast<long long>(c.heads), static_cast<long long>(c.hd),
+                d8.rel_rms, d8.max_abs, 100 * us.identical, static_cast<long long>(us.worst), lse8, dx.rel_rms, lsex);
+    EXPECT_LT(d8.rel_rms, 4e-3) << c.name;
+    EXPECT_LE(d8.max_abs, 0.05) << c.name;
+    EXPECT_GE(us.identical, 0.5) << c.name;
+    EXPECT_LE(lse8, 1e-3) << c.name;
+    EXPECT_LT(dx.rel_rms, 0.08) << c.name;
+    EXPECT_LT(lsex, 0.15) << c.name;
+    // The same bytes again, and through --cuda-attention fp8 (kFp8) on a call without the flag.
+    gpu_->attention(p);
+    EXPECT_EQ(count_diff(down(p.o), got, "FP8 flash attention, second run"), 0) << c.name;
+    EXPECT_EQ(count_diff(down(p.lse), got_lse, "FP8 flash lse, second run"), 0) << c.name;
+    AttentionParams plain = p;
+    plain.fp8 = false;
+    plain.o = poisoned(want8.shape(), DType::BF16);
+    cuda::attention(plain, s, cuda::AttentionKernel::kFp8);
+    EXPECT_EQ(count_diff(down(plain.o), got, "FP8 flash attention through kFp8"), 0) << c.name;
+  }
+  // A call the FP8 path cannot take: one error naming it.
+  Tensor q = up(random({64, 2, 64}, DType::BF16));
+  const AttentionParams bad{.q = q, .k = q, .v = q, .o = poisoned({64, 2, 64}, DType::BF16),
+                            .cu_seqlens = up(i32({0, 64})), .scale = 0.125f,
+                            .lse = poisoned({64, 2}, DType::F32), .fp8 = true};
+  EXPECT_TRUE(test::throws_with([&] { gpu_->attention(bad); }, {"attention.fp8", "head dim 128"}));
 }
 
 TEST_F(CudnnAttentionTest, AttnQkvMatchesCpuBitForBit) {

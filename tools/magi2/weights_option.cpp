@@ -33,8 +33,9 @@ CLI::Option* add_cuda_attention_option(CLI::App* app, std::string& dst) {
   return add_choice(app, "--cuda-attention", dst,
                     "CUDA attention kernel: auto (the own Hopper flash kernel for the DiT, cuDNN SDPA for other "
                     "shapes it takes, else the fp32 kernel), cudnn (cuDNN SDPA where it applies, else the fp32 "
-                    "kernel) or fp32 (always the fp32 kernel, the parity oracle)",
-                    {"auto", "cudnn", "fp32"}, "MAGI2_CUDA_ATTENTION");
+                    "kernel), fp8 (as auto with the DiT's attention in FP8: e4m3 Q, K, V and P, bf16 output; an "
+                    "experiment, docs/fp8.md) or fp32 (always the fp32 kernel, the parity oracle)",
+                    {"auto", "cudnn", "fp8", "fp32"}, "MAGI2_CUDA_ATTENTION");
 }
 
 CLI::Option* add_text_encoder_device_option(CLI::App* app, std::string& dst) {

@@ -1,0 +1,219 @@
+// FP8 attention's operands (attention_flash.h, AttentionParams::fp8): one
+// kernel quantises q, k and v of a call into e4m3 with the scales of
+// kFp8AttnTile's comment (ops/numerics.h), using the shared numerics
+// (fp8_amax_step, fp8_act_scale, fp8_act_quant), so the scales and bytes are
+// the CPU reference's (cpu/attention_fp8.cpp). Memory-bound: it reads the
+// three bf16 tensors once (~0.2 ms a layer at 272p).
+//
+// CTA: one 128-token tile of one sample (attention_tiles.cuh) and one head,
+// 8 warps; a warp takes a token row as 32 lanes x 4 values. Q: one scale per
+// row (a warp reduction). K and V: one scale per tile (the rows' amax, then a
+// block reduction). V goes through shared memory to its transposed layout:
+// row d of tile i in V^T holds the tile's keys in the order of P's e4m3
+// registers in the flash kernel (fp8_vt_key); keys past the sample's end are 0.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/error.h"
+#include "cuda/attention_flash.h"
+#include "cuda/attention_tiles.cuh"
+#include "cuda/cuda_common.h"
+#include "cuda/device_fp.cuh"
+#include "ops/numerics.h"
+
+namespace magi2::cuda {
+
+namespace {
+
+constexpr int kHD = 128;
+constexpr int kWarps = 8;
+constexpr int kRowsPerWarp = kAttnTile / kWarps;
+constexpr int kVtStride = kHD + 4;  // bytes per key row in shared memory: 33 words, so columns spread over banks
+
+__device__ __forceinline__ float warp_amax(float a) {
+  for (int o = 16; o; o >>= 1) a = fp8_amax_step(a, __shfl_xor_sync(0xffffffffu, a, o));
+  return a;
+}
+
+// Four bf16 values of (token, head) from lane `lane`: dims 4 lane .. 4 lane + 3.
+__device__ __forceinline__ void load4(const uint16_t* __restrict__ x, int64_t token, int h, int head, int lane,
+                                      float* v) {
+  const uint2 w = *reinterpret_cast<const uint2*>(x + (token * h + head) * kHD + 4 * lane);
+  v[0] = dev::bf16_to_f32(static_cast<uint16_t>(w.x & 0xffffu));
+  v[1] = dev::bf16_to_f32(static_cast<uint16_t>(w.x >> 16));
+  v[2] = dev::bf16_to_f32(static_cast<uint16_t>(w.y & 0xffffu));
+  v[3] = dev::bf16_to_f32(static_cast<uint16_t>(w.y >> 16));
+}
+
+__device__ __forceinline__ uint32_t quant4(const float* v, float sc) {
+  return static_cast<uint32_t>(fp8_act_quant(v[0], sc)) | static_cast<uint32_t>(fp8_act_quant(v[1], sc)) << 8 |
+         static_cast<uint32_t>(fp8_act_quant(v[2], sc)) << 16 | static_cast<uint32_t>(fp8_act_quant(v[3], sc)) << 24;
+}
+
+// The tile's amax over the rows this warp holds (x[i] for i < mine), reduced
+// over the block; red: kWarps floats of shared memory.
+__device__ __forceinline__ float tile_amax(const float (&x)[kRowsPerWarp][4], int mine, float* red) {
+  float a = 0.f;
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i)
+    if (i < mine)
+      for (int e = 0; e < 4; ++e) a = fp8_amax_step(a, x[i][e]);
+  a = warp_amax(a);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  __syncthreads();  // red may still be read from the previous reduction
+  if (lane == 0) red[warp] = a;
+  __syncthreads();
+  a = 0.f;
+  for (int w = 0; w < kWarps; ++w) a = fp8_amax_step(a, red[w]);
+  return a;
+}
+
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_fp8_quantize_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
+                                  const uint16_t* __restrict__ v, const int32_t* __restrict__ cu, int nseq, int h,
+                                  FlashFp8Operands f) {
+  AttnTile t;
+  const int tile = static_cast<int>(blockIdx.x);
+  if (!attn_tile(tile, cu, nseq, t)) return;
+  const int head = static_cast<int>(blockIdx.y);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int rows = static_cast<int>(t.end - t.q0 < kAttnTile ? t.end - t.q0 : kAttnTile);
+  __shared__ float red[kWarps];
+  __shared__ __align__(16) uint8_t vs[kAttnTile * kVtStride];
+
+  // Q: a scale per row.
+  for (int r = warp; r < rows; r += kWarps) {
+    float x[4];
+    load4(q, t.q0 + r, h, head, lane, x);
+    const float sc = fp8_act_scale(warp_amax(fp8_amax_step(fp8_amax_step(fp8_amax_step(fp8_amax_step(0.f, x[0]),
+                                                                                        x[1]), x[2]), x[3])));
+    const int64_t row = (t.q0 + r) * h + head;
+    if (lane == 0) f.sq[row] = sc;
+    reinterpret_cast<uint32_t*>(f.q + row * kHD)[lane] = quant4(x, sc);
+  }
+
+  // K and V: a scale per tile. Warp w holds rows w, w + 8, ... (x[i]: row w + 8 i) in registers.
+  float x[kRowsPerWarp][4];
+  const int mine = rows > warp ? (rows - warp + kWarps - 1) / kWarps : 0;
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i)
+    if (i < mine) load4(k, t.q0 + warp + i * kWarps, h, head, lane, x[i]);
+  float sc = fp8_act_scale(tile_amax(x, mine, red));
+  if (threadIdx.x == 0) f.sk[static_cast<int64_t>(tile) * h + head] = sc;
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i)
+    if (i < mine) {
+      const int64_t row = (t.q0 + warp + i * kWarps) * h + head;
+      reinterpret_cast<uint32_t*>(f.k + row * kHD)[lane] = quant4(x[i], sc);
+    }
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i)
+    if (i < mine) load4(v, t.q0 + warp + i * kWarps, h, head, lane, x[i]);
+  sc = fp8_act_scale(tile_amax(x, mine, red));
+  if (threadIdx.x == 0) f.sv[static_cast<int64_t>(tile) * h + head] = sc;
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i)
+    *reinterpret_cast<uint32_t*>(vs + (warp + i * kWarps) * kVtStride + 4 * lane) = i < mine ? quant4(x[i], sc) : 0u;
+  __syncthreads();
+  // V^T rows d = warp, warp + 8, ...: lane writes logical keys 4 lane .. 4 lane + 3.
+  uint8_t* vt = f.vt + static_cast<int64_t>(head) * kHD * f.vt_cols + static_cast<int64_t>(tile) * kAttnTile;
+  for (int d = warp; d < kHD; d += kWarps) {
+    uint32_t w = 0;
+    for (int u = 0; u < 4; ++u) w |= static_cast<uint32_t>(vs[fp8_vt_key(4 * lane + u) * kVtStride + d]) << (8 * u);
+    reinterpret_cast<uint32_t*>(vt + d * f.vt_cols)[lane] = w;
+  }
+}
+
+// The scratch of one (device, stream): grown to the largest call's bytes, owned for the process.
+using ScratchKey = std::tuple<int, cudaStream_t>;
+struct Scratch {
+  void* base = nullptr;
+  int64_t bytes = 0;
+  ~Scratch() {
+    if (base) cudaFree(base);  // errors ignored: may run at process exit
+  }
+};
+
+// Carves FlashFp8Operands out of one allocation (256-byte aligned pieces).
+FlashFp8Operands carve(char* base, int64_t t, int64_t h, int64_t nseq, int64_t* total) {
+  const int64_t tiles = attn_tiles_bound(t, nseq), vt_cols = tiles * kAttnTile;
+  int64_t off = 0;
+  auto take = [&](int64_t bytes) {
+    char* p = base ? base + off : nullptr;
+    off += (bytes + 255) / 256 * 256;
+    return p;
+  };
+  FlashFp8Operands f;
+  f.q = reinterpret_cast<uint8_t*>(take(t * h * kHD));
+  f.k = reinterpret_cast<uint8_t*>(take(t * h * kHD));
+  f.vt = reinterpret_cast<uint8_t*>(take(h * kHD * vt_cols));
+  f.sq = reinterpret_cast<float*>(take(t * h * 4));
+  f.sk = reinterpret_cast<float*>(take(tiles * h * 4));
+  f.sv = reinterpret_cast<float*>(take(tiles * h * 4));
+  f.vt_cols = vt_cols;
+  *total = off;
+  return f;
+}
+
+}  // namespace
+
+int64_t attention_fp8_bytes(int64_t t, int64_t h, int64_t nseq) {
+  int64_t total = 0;
+  carve(nullptr, t, h, nseq, &total);
+  return total;
+}
+
+FlashFp8Operands attention_fp8_layout(void* base, int64_t t, int64_t h, int64_t nseq) {
+  MAGI2_CHECK(base != nullptr && reinterpret_cast<uintptr_t>(base) % 256 == 0,
+              "attention_fp8_layout: needs a 256-byte aligned device buffer");
+  int64_t total = 0;
+  return carve(static_cast<char*>(base), t, h, nseq, &total);
+}
+
+void attention_fp8_quantize(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
+                            cudaStream_t s) {
+  MAGI2_CHECK(a.hd == kHD, "attention.fp8: needs head dim ", kHD, " (got ", a.hd, ")");
+  MAGI2_CHECK(a.h <= 65535 && a.t < (int64_t{1} << 31), "attention.fp8: too many heads or tokens");
+  if (a.t == 0 || a.h == 0) return;
+  const int64_t tiles = attn_tiles_bound(a.t, a.nseq);
+  attention_fp8_quantize_kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a.h)), kWarps * 32, 0,
+                                  s>>>(p.q.data_as<uint16_t>(), p.k.data_as<uint16_t>(), p.v.data_as<uint16_t>(),
+                                       a.cu, static_cast<int>(a.nseq), static_cast<int>(a.h), f);
+  MAGI2_CUDA_CHECK_LAUNCH("attention_fp8_quantize");
+}
+
+void attention_fp8(const AttentionParams& p, const AttentionShape& a, cudaStream_t s) {
+  MAGI2_CHECK(attention_flash_supported(a.hd) && p.lse.defined(), "attention.fp8: needs head dim ", kHD,
+              " and the lse output (the deferred sink), got head dim ", a.hd, p.lse.defined() ? "" : " and no lse",
+              attention_flash_supported(kHD) ? "" : " (this build has no CUTLASS headers)");
+  if (a.t == 0 || a.h == 0) return;
+  static std::mutex mu;
+  static auto* cache = new std::map<ScratchKey, Scratch>();  // never destroyed: no CUDA calls at static destruction
+  int dev = 0;
+  MAGI2_CUDA_CHECK(cudaGetDevice(&dev));
+  const int64_t bytes = attention_fp8_bytes(a.t, a.h, a.nseq);
+  FlashFp8Operands f;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    Scratch& sc = (*cache)[ScratchKey{dev, s}];
+    if (sc.bytes < bytes) {
+      check_not_capturing(s, "attention.fp8: no scratch for T=", a.t, ", H=", a.h, ", nseq=", a.nseq,
+                          " was made before stream capture (run one eager forward of this request shape first)");
+      MAGI2_CUDA_CHECK(cudaStreamSynchronize(s));  // earlier calls on s may still read the old buffer
+      if (sc.base) MAGI2_CUDA_CHECK(cudaFree(sc.base));
+      sc.base = nullptr;
+      sc.bytes = 0;
+      MAGI2_CUDA_CHECK(cudaMalloc(&sc.base, static_cast<size_t>(bytes)));
+      sc.bytes = bytes;
+    }
+    f = attention_fp8_layout(sc.base, a.t, a.h, a.nseq);
+  }
+  attention_fp8_quantize(p, a, f, s);
+  attention_flash_fp8(p, a, f, s);
+}
+
+}  // namespace magi2::cuda
