@@ -57,6 +57,10 @@ typedef struct {
      "layerwise" (CUDA: layer weights in pinned host memory, streamed into two
      device layer slots; nothing changes on the CPU backend); the CLI's --offload. */
   const char* offload;
+  /* How the DiT's self-attention computes: "bf16" (default) or "fp8" (e4m3
+     Q, K, V and P, bf16 output; an experiment, docs/fp8.md); the CLI's
+     --attention-compute. */
+  const char* attention_compute;
 } magi2_engine_options;
 
 /* One request. Strings may be NULL (= unset); outputs left NULL are not written. */

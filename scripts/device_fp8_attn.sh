@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device check of FP8 attention (AttentionParams::fp8, --cuda-attention fp8;
+# Device check of FP8 attention (AttentionParams::fp8, --attention-compute fp8;
 # docs/fp8.md): its parity tests, the op table, bench_attention --fp8 and the
 # DiT step with and without it, on the H200. Run inside a bundle made with
 #   bash scripts/cuda_bundle.sh build-dev build-dfp8 test_cuda_attn_cudnn test_cuda_backend_ops \
@@ -34,6 +34,6 @@ grep -E "attention|entries|PASSED|FAILED" "$out/ops.log" | head -20
 bench="./magi2 bench --resolutions 272p --steps 2 --warmup 1"
 step step_bf16 150 $bench
 grep -E "^bench|attn.core|ceiling" "$out/step_bf16.log" | head -8
-step step_fp8 150 $bench --cuda-attention fp8
+step step_fp8 150 $bench --attention-compute fp8
 grep -E "^bench|attn.core|ceiling" "$out/step_fp8.log" | head -8
 exit $rc

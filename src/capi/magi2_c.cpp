@@ -83,6 +83,7 @@ magi2_status magi2_engine_create(const magi2_engine_options* o, magi2_engine** o
     if (o->fp8_compute) eo.fp8_compute = o->fp8_compute;
     if (o->decoder_device) eo.decoder_device = o->decoder_device;
     if (o->offload) eo.offload = o->offload;
+    if (o->attention_compute) eo.attention_compute = o->attention_compute;
     MAGI2_CHECK(eo.model.rfind("builtin:", 0) != 0 || !eo.cache.cache_dir.empty(),
                 "magi2_engine_create: model ", eo.model, " needs cache_dir");
     *out = new magi2_engine(eo);

@@ -11,7 +11,8 @@
 //   P8 = e4m3(e); acc = acc alpha sv_{j-1} / sv_j + P8 v8 (fp32, in sv_j's units);
 //   o = bf16(acc (sv_last / l)), lse = ln 2 (m + log2 l - 8).
 // The GPU sums in another order and uses ex2.approx, so a few P8 values sit
-// one e4m3 step apart: the op table judges the result by a tolerance.
+// one e4m3 step apart: the op table judges the result by a tolerance. Any
+// head dim here (the tiny models' too); the CUDA kernel takes 128.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,29 +27,25 @@ namespace magi2::cpu {
 
 namespace {
 
-constexpr int64_t kHd = 128;
-
 /// e4m3 values (decoded) of rows [r0, r0 + n) of one head with one scale over
-/// all of them: out [n, 128]; returns the scale.
-float quantize_tile(const uint16_t* x, int64_t h, int64_t head, int64_t r0, int64_t n, float* out) {
+/// all of them: out [n, hd]; returns the scale.
+float quantize_tile(const uint16_t* x, int64_t h, int64_t hd, int64_t head, int64_t r0, int64_t n, float* out) {
   float amax = 0.f;
   for (int64_t r = 0; r < n; ++r)
-    for (int64_t d = 0; d < kHd; ++d) amax = fp8_amax_step(amax, bf16_bits_to_f32(x[((r0 + r) * h + head) * kHd + d]));
+    for (int64_t d = 0; d < hd; ++d) amax = fp8_amax_step(amax, bf16_bits_to_f32(x[((r0 + r) * h + head) * hd + d]));
   const float sc = fp8_act_scale(amax);
   for (int64_t r = 0; r < n; ++r)
-    for (int64_t d = 0; d < kHd; ++d)
-      out[r * kHd + d] = e4m3_bits_to_f32(fp8_act_quant(bf16_bits_to_f32(x[((r0 + r) * h + head) * kHd + d]), sc));
+    for (int64_t d = 0; d < hd; ++d)
+      out[r * hd + d] = e4m3_bits_to_f32(fp8_act_quant(bf16_bits_to_f32(x[((r0 + r) * h + head) * hd + d]), sc));
   return sc;
 }
 
 }  // namespace
 
 void attention_fp8(const AttentionParams& p) {
-  MAGI2_CHECK(p.q.dim() == 3 && p.q.size(2) == kHd && p.lse.defined(), "attention.fp8: needs head dim ", kHd,
-              " and the lse output (the deferred sink), got head dim ", p.q.dim() == 3 ? p.q.size(2) : 0,
-              p.lse.defined() ? "" : " and no lse");
+  MAGI2_CHECK(p.lse.defined(), "attention.fp8: needs the lse output (the deferred sink)");
   const std::vector<int32_t> cu = check_attention(p);
-  const int64_t h = p.q.size(1);
+  const int64_t h = p.q.size(1), hd = p.q.size(2);
   const uint16_t* q = p.q.data_as<uint16_t>();
   const uint16_t* k = p.k.data_as<uint16_t>();
   const uint16_t* v = p.v.data_as<uint16_t>();
@@ -63,15 +60,15 @@ void attention_fp8(const AttentionParams& p) {
     const int64_t tiles = (len + kFp8AttnTile - 1) / kFp8AttnTile;
 #pragma omp parallel for schedule(dynamic)
     for (int64_t head = 0; head < h; ++head) {
-      std::vector<float> k8(static_cast<size_t>(len * kHd)), v8(k8.size()), sk(tiles), sv(tiles);
+      std::vector<float> k8(static_cast<size_t>(len * hd)), v8(k8.size()), sk(tiles), sv(tiles);
       for (int64_t j = 0; j < tiles; ++j) {
         const int64_t r0 = j * kFp8AttnTile, n = std::min<int64_t>(kFp8AttnTile, len - r0);
-        sk[j] = quantize_tile(k, h, head, s0 + r0, n, k8.data() + r0 * kHd);
-        sv[j] = quantize_tile(v, h, head, s0 + r0, n, v8.data() + r0 * kHd);
+        sk[j] = quantize_tile(k, h, hd, head, s0 + r0, n, k8.data() + r0 * hd);
+        sv[j] = quantize_tile(v, h, hd, head, s0 + r0, n, v8.data() + r0 * hd);
       }
-      std::vector<float> q8(kHd), s(kFp8AttnTile), acc(kHd);
+      std::vector<float> q8(hd), s(kFp8AttnTile), acc(hd);
       for (int64_t i = 0; i < len; ++i) {
-        const float sq = quantize_tile(q, h, head, s0 + i, 1, q8.data());
+        const float sq = quantize_tile(q, h, hd, head, s0 + i, 1, q8.data());
         const float cq = scale_log2 * sq;
         float m = -std::numeric_limits<float>::infinity(), l = 0.f, sv_o = 1.f;
         for (int64_t j = 0; j < tiles; ++j) {
@@ -80,7 +77,7 @@ void attention_fp8(const AttentionParams& p) {
           float mx = -std::numeric_limits<float>::infinity();
           for (int64_t r = 0; r < n; ++r) {
             float a = 0.f;
-            for (int64_t d = 0; d < kHd; ++d) a += q8[d] * k8[(r0 + r) * kHd + d];
+            for (int64_t d = 0; d < hd; ++d) a += q8[d] * k8[(r0 + r) * hd + d];
             s[r] = a;
             mx = std::max(mx, a);
           }
@@ -92,20 +89,20 @@ void attention_fp8(const AttentionParams& p) {
             std::fill(acc.begin(), acc.end(), 0.f);
           } else {
             const float f = alpha * (sv_o / sv[j]);  // O from sv_{j-1}'s units to sv_j's
-            for (int64_t d = 0; d < kHd; ++d) acc[d] *= f;
+            for (int64_t d = 0; d < hd; ++d) acc[d] *= f;
           }
           for (int64_t r = 0; r < n; ++r) {
             const float e = std::exp2(std::fmaf(s[r], c, neg));
             sum += e;
             const float p8 = e4m3_bits_to_f32(f32_to_e4m3_bits(e));
-            for (int64_t d = 0; d < kHd; ++d) acc[d] += p8 * v8[(r0 + r) * kHd + d];
+            for (int64_t d = 0; d < hd; ++d) acc[d] += p8 * v8[(r0 + r) * hd + d];
           }
           l = std::fmaf(l, alpha, sum);
           sv_o = sv[j];
         }
         const int64_t row = (s0 + i) * h + head;
         const float inv = sv_o / l;
-        for (int64_t d = 0; d < kHd; ++d) o[row * kHd + d] = f32_to_bf16_bits(acc[d] * inv);
+        for (int64_t d = 0; d < hd; ++d) o[row * hd + d] = f32_to_bf16_bits(acc[d] * inv);
         lse[row] = (m + std::log2(l) - kFp8AttnPLog2) * kLn2;
       }
     }

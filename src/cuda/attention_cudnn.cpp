@@ -18,8 +18,8 @@
 // CudaOptions::attention "fp32" (--cuda-attention fp32) forces it. Under
 // "auto" the DiT's calls (lse given, head dim 128) take the own flash kernel
 // (attention_flash.cu, measured faster than cuDNN's plans on the H200);
-// "cudnn" keeps them on cuDNN. AttentionParams::fp8, and "fp8" for the DiT's
-// calls, run the flash kernel in FP8 (attention_fp8.cu).
+// "cudnn" keeps them on cuDNN. AttentionParams::fp8 (--attention-compute fp8)
+// runs the flash kernel in FP8 (attention_fp8.cu) whatever the choice.
 //
 // The text encoder's causal GQA attention (causal_attention_cudnn) uses the
 // same machinery: one sequence as ragged THD with the causal and padding
@@ -35,15 +35,14 @@
 namespace magi2::cuda {
 namespace {
 // The own kernels' share of `attention` (with or without cuDNN in the build):
-// true when attention_flash ran p, in FP8 (p.fp8, or kFp8 for a call with the
-// lse at head dim 128) or in bf16 (kAuto, the same calls).
+// true when attention_flash ran p, in FP8 (p.fp8, whatever `kernel`) or in
+// bf16 (kAuto, for calls with the lse at head dim 128).
 bool attention_own(const AttentionParams& p, const AttentionShape& a, cudaStream_t s, AttentionKernel kernel) {
-  const bool flash = p.lse.defined() && attention_flash_supported(a.hd);
-  if (p.fp8 || (flash && kernel == AttentionKernel::kFp8)) {
+  if (p.fp8) {
     attention_fp8(p, a, s);  // throws for a call without the lse or another head dim
     return true;
   }
-  if (!flash || kernel != AttentionKernel::kAuto) return false;
+  if (!p.lse.defined() || !attention_flash_supported(a.hd) || kernel != AttentionKernel::kAuto) return false;
   attention_flash(p, a, s);
   return true;
 }

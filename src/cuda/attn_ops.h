@@ -39,11 +39,10 @@ enum class AttentionKernel {
   kAuto,   ///< attention_flash where it applies (lse given, head dim 128), else as kCudnn
   kCudnn,  ///< cuDNN SDPA where it applies, else attention_fp32
   kFp32,   ///< always attention_fp32 (the parity oracle)
-  kFp8,    ///< attention_flash in FP8 (as AttentionParams::fp8) where kAuto runs it in bf16, else as kAuto
 };
 /// AttentionParams on the tensor cores: the own flash kernel
 /// (attention_flash.h) or cuDNN SDPA (attention_cudnn.cpp), else
-/// attention_fp32, as `kernel` says; p.fp8 always runs the flash kernel in
+/// attention_fp32, as `kernel` says; p.fp8 runs the flash kernel in
 /// FP8 (Error without the lse or at another head dim than 128). Builds a cuDNN plan on the first cuDNN
 /// call of a request shape; throws if that first call happens during stream
 /// capture.

@@ -43,7 +43,6 @@ class CudaBackend final : public Backend {
     validate(options);
     attention_kernel_ = options.attention == "fp32"    ? cuda::AttentionKernel::kFp32
                         : options.attention == "cudnn" ? cuda::AttentionKernel::kCudnn
-                        : options.attention == "fp8"   ? cuda::AttentionKernel::kFp8
                                                        : cuda::AttentionKernel::kAuto;
     int n = 0;
     MAGI2_CHECK(cudaGetDeviceCount(&n) == cudaSuccess && n > 0, "CUDA backend: no CUDA GPU is available");
@@ -179,9 +178,7 @@ class CudaBackend final : public Backend {
     // Beside the own flash kernel (all of an SM's registers a CTA) the prefetch's blocks take whole
     // SMs from the attention: measured slower than dequantising inline, so it is on by default only
     // beside cuDNN (docs/fp8.md; MAGI2_FP8_PREFETCH=0/1 overrides).
-    const bool flash =
-        attention_kernel_ == cuda::AttentionKernel::kAuto || attention_kernel_ == cuda::AttentionKernel::kFp8;
-    if (moe_) moe_->prefetch(p, stream_, !flash);
+    if (moe_) moe_->prefetch(p, stream_, attention_kernel_ != cuda::AttentionKernel::kAuto);
   }
   void gate(const GateParams& p) override { cuda::gate(p, stream_); }
   void add(const AddParams& p) override { cuda::add(p, stream_); }

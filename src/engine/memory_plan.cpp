@@ -68,7 +68,7 @@ constexpr uint64_t kDitBuffers = 1 + 26;
 // activation scales (src/cuda/moe_w8a8.cu). The fused routed-expert kernel is
 // assumed where it applies (the default; MAGI2_MOE_KERNEL=epilogue|reference
 // are diagnostics and need the GEMM path's larger workspace). FP8 attention
-// (--cuda-attention fp8) adds its e4m3 Q, K, V^T and scales
+// (--attention-compute fp8) adds its e4m3 Q, K, V^T and scales
 // (attention_fp8_bytes in src/cuda/attention_fp8.cu; V^T's tiles bounded with
 // kAttnFp8Samples samples a call).
 // The smallest routed-expert pass the memory advice names (--moe-max-rows):
@@ -435,7 +435,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
                     DenoiseLoop::planned_bytes(pack, m.steps, a.out_channels());
   dit.workspace = dit_scratch(a, pack.total_tokens, cuda, s.fp8,
                               fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute"), s.opt.cuda.moe_max_rows,
-                              s.opt.cuda.attention == "fp8");
+                              s.opt.attention_compute == "fp8");
   dit.source = str_cat("weights: the official tensor list at its parameter dtypes",
                        dit.weights_mapped ? " (mmap'd views)" : "",
                        s.layerwise ? str_cat(" (--offload layerwise: non-layer tensors + 2 layer slots of ",
@@ -446,7 +446,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
                        "buffers (exact); workspace: formula (",
                        cuda ? "CUDA libraries 512 MiB + GEMM 32 MiB + MoE plan + attention stats + allocator rounding"
                             : "the CPU attention's fp32 K/V copies",
-                       cuda && s.opt.cuda.attention == "fp8" ? " + FP8 attention operands" : "", ")");
+                       cuda && s.opt.attention_compute == "fp8" ? " + FP8 attention operands" : "", ")");
   // --text-encoder-device auto puts the text encoder on the DiT's backend (its weights uploaded there).
   const bool te_gpu = cuda && s.opt.text_encoder_device == "auto";
   if (s.te && p.text_features.empty()) {
@@ -659,7 +659,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
       if (cuda && !a.moe_layers.empty() && !weights_alone) {
         const Fp8Compute fc = fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute");
         for (int64_t r = s.opt.cuda.moe_max_rows / 2; r >= kMinAdvisedMoeRows && rows_fit == 0; r /= 2)
-          if (need - d->workspace + dit_scratch(a, pack.total_tokens, cuda, s.fp8, fc, r, s.opt.cuda.attention == "fp8") <= budget) rows_fit = r;
+          if (need - d->workspace + dit_scratch(a, pack.total_tokens, cuda, s.fp8, fc, r, s.opt.attention_compute == "fp8") <= budget) rows_fit = r;
       }
       const std::string rows = rows_fit > 0 ? str_cat("--moe-max-rows ", rows_fit, " (smaller routed-expert passes, "
                                                       "the same bytes), ")

@@ -68,6 +68,11 @@ struct EngineOptions {
   /// "w8a16" (bf16 activations, the default) or "w8a8" (e4m3 activations in
   /// 1 x 128 groups); both backends. DitWeights::fp8_compute, docs/fp8.md.
   std::string fp8_compute = "w8a16";
+  /// How the DiT's self-attention computes [--attention-compute, env
+  /// MAGI2_ATTENTION_COMPUTE]: "bf16" (the default, the official rounding
+  /// points) or "fp8" (e4m3 Q, K, V and P, bf16 output; an experiment; CUDA
+  /// needs head dim 128); both backends. DitWeights::fp8_attention, docs/fp8.md.
+  std::string attention_compute = "bf16";
   /// Where the layer weights of the DiT and of the text encoder live
   /// [--offload, env MAGI2_OFFLOAD]: "none" (all resident on the device) or
   /// "layerwise" (CUDA: each model's layer weights stay in pinned host memory

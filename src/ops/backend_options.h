@@ -16,10 +16,10 @@ struct CudaOptions {
   /// Attention kernel [--cuda-attention, env MAGI2_CUDA_ATTENTION]: "auto"
   /// (the own Hopper flash kernel for the DiT's deferred-sink calls at head
   /// dim 128, cuDNN SDPA for other shapes it takes, else the fp32 kernel),
-  /// "cudnn" (cuDNN SDPA where it applies, else the fp32 kernel), "fp8" (as
-  /// "auto", the DiT's calls in FP8 as AttentionParams::fp8: an experiment,
-  /// docs/fp8.md) or "fp32" (always the fp32 kernel: the parity oracle).
-  /// docs/cuda.md.
+  /// "cudnn" (cuDNN SDPA where it applies, else the fp32 kernel) or "fp32"
+  /// (always the fp32 kernel: the parity oracle). FP8 attention changes the
+  /// numerics, so it is an op parameter (AttentionParams::fp8,
+  /// --attention-compute), not a kernel choice. docs/cuda.md.
   std::string attention = "auto";
   /// Routed rows (T x MH x K) one pass of the routed experts takes; a call
   /// with more runs in equal token passes over one pass's workspace (at the
@@ -54,8 +54,8 @@ inline bool moe_fused_expert_widths(int64_t dh, int64_t de) { return dh == 256 &
 
 /// Error (one line naming --cuda-attention) unless every choice is a known name.
 inline void validate(const CudaOptions& o) {
-  MAGI2_CHECK(o.attention == "auto" || o.attention == "cudnn" || o.attention == "fp8" || o.attention == "fp32",
-              "--cuda-attention must be auto, cudnn, fp8 or fp32, got '", o.attention, "'");
+  MAGI2_CHECK(o.attention == "auto" || o.attention == "cudnn" || o.attention == "fp32",
+              "--cuda-attention must be auto, cudnn or fp32, got '", o.attention, "'");
   MAGI2_CHECK(o.moe_max_rows >= 1 && o.moe_max_rows < (int64_t{1} << 31),
               "CUDA backend: the routed rows of one MoE pass must be in [1, 2^31), got ", o.moe_max_rows);
 }

@@ -143,9 +143,10 @@ struct AttentionParams {
   Tensor lse;  ///< optional [T, H] f32 output: defer the sink to attn_out
   /// FP8 attention (docs/fp8.md; an experiment, off by default): e4m3 Q, K, V
   /// and P with the scales of kFp8AttnTile's comment, fp32 scores, softmax
-  /// and accumulation, bf16 o. Needs `lse` and head dim 128. The CPU backend
-  /// emulates its rounding points (cpu/attention_fp8.cpp); CUDA runs the own
-  /// flash kernel in FP8 (attention_flash.h).
+  /// and accumulation, bf16 o. Needs `lse`; CUDA needs head dim 128. The CPU
+  /// backend emulates its rounding points at any head dim
+  /// (cpu/attention_fp8.cpp); CUDA runs the own flash kernel in FP8
+  /// (attention_flash.h). --attention-compute fp8 sets it for the DiT.
   bool fp8 = false;
 };
 

@@ -213,7 +213,7 @@ TEST_F(CudnnAttentionTest, FlashKernelCloseToCpuAndCudnn) {
   }
 }
 
-// FP8 (AttentionParams::fp8, --cuda-attention fp8): the quantiser and the
+// FP8 (AttentionParams::fp8, --attention-compute fp8): the quantiser and the
 // flash kernel in FP8 against the CPU's emulation of their rounding points
 // (cpu/attention_fp8.cpp; the GPU sums in another order and uses ex2.approx,
 // so a rare P value lands one e4m3 step away, and o one bf16 ulp), and the
@@ -249,15 +249,13 @@ TEST_F(CudnnAttentionTest, FlashFp8CloseToCpuReference) {
     EXPECT_LE(lse8, 1e-3) << c.name;
     EXPECT_LT(dx.rel_rms, 0.08) << c.name;
     EXPECT_LT(lsex, 0.15) << c.name;
-    // The same bytes again, and through --cuda-attention fp8 (kFp8) on a call without the flag.
+    // The same bytes again, and with cuDNN chosen for the bf16 calls (p.fp8 runs FP8 whatever the choice).
     gpu_->attention(p);
     EXPECT_EQ(count_diff(down(p.o), got, "FP8 flash attention, second run"), 0) << c.name;
     EXPECT_EQ(count_diff(down(p.lse), got_lse, "FP8 flash lse, second run"), 0) << c.name;
-    AttentionParams plain = p;
-    plain.fp8 = false;
-    plain.o = poisoned(want8.shape(), DType::BF16);
-    cuda::attention(plain, s, cuda::AttentionKernel::kFp8);
-    EXPECT_EQ(count_diff(down(plain.o), got, "FP8 flash attention through kFp8"), 0) << c.name;
+    p.o = poisoned(want8.shape(), DType::BF16);
+    cuda::attention(p, s, cuda::AttentionKernel::kCudnn);
+    EXPECT_EQ(count_diff(down(p.o), got, "FP8 flash attention beside --cuda-attention cudnn"), 0) << c.name;
   }
   // A call the FP8 path cannot take: one error naming it.
   Tensor q = up(random({64, 2, 64}, DType::BF16));

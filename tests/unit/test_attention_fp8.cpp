@@ -2,8 +2,8 @@
 // the CUDA kernel; cpu/attention_fp8.cpp): a one-key sample gives its value
 // row through e4m3 exactly, the output stays within FP8's error of the bf16
 // attention over samples that cross key tiles (1-token and empty samples
-// included), the bytes do not depend on the thread count, and calls the FP8
-// path cannot take fail with one error naming it.
+// included), the bytes do not depend on the thread count, any head dim runs
+// on the CPU, and a call without the lse fails with one error naming it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -68,15 +68,21 @@ TEST(AttentionFp8, WithinFp8ErrorOfBf16AndThreadInvariant) {
   EXPECT_LT(lse_err, 0.12);
 }
 
-TEST(AttentionFp8, CallsItCannotTakeNameTheFp8Path) {
+TEST(AttentionFp8, AnyHeadDimOnTheCpuAndTheLseIsNeeded) {
   Rng g(7);
   auto be = make_cpu_backend(1);
-  Tensor q = rand_t({4, 2, 64}, DType::BF16, g, -1, 1);
-  Tensor o = Tensor::empty(q.shape(), DType::BF16), lse = Tensor::empty({4, 2}, DType::F32);
-  EXPECT_TRUE(test::throws_with([&] { be->attention(params(q, q, q, o, lse, {0, 4})); },
-                                {"attention.fp8", "head dim 128", "64"}));
-  Tensor q2 = rand_t({4, 2, 128}, DType::BF16, g, -1, 1), o2 = Tensor::empty(q2.shape(), DType::BF16);
-  EXPECT_TRUE(test::throws_with([&] { be->attention(params(q2, q2, q2, o2, Tensor(), {0, 4})); },
+  const std::vector<int32_t> cu = {0, 5, 200};
+  const int64_t t = cu.back(), h = 2, hd = 32;  // the tiny models' head dim
+  const Tensor q = rand_t({t, h, hd}, DType::BF16, g, -2, 2), k = rand_t({t, h, hd}, DType::BF16, g, -2, 2);
+  const Tensor v = rand_t({t, h, hd}, DType::BF16, g, -2, 2);
+  Tensor o = Tensor::empty(q.shape(), DType::BF16), lse = Tensor::empty({t, h}, DType::F32);
+  be->attention(params(q, k, v, o, lse, cu));
+  Tensor want = Tensor::empty(q.shape(), DType::BF16), want_lse = Tensor::empty({t, h}, DType::F32);
+  AttentionParams exact = params(q, k, v, want, want_lse, cu);
+  exact.fp8 = false;
+  be->attention(exact);
+  EXPECT_LT(test::compare(o, want).rel_rms, 0.07);
+  EXPECT_TRUE(test::throws_with([&] { be->attention(params(q, k, v, o, Tensor(), cu)); },
                                 {"attention.fp8", "lse"}));
 }
 

@@ -33,9 +33,8 @@ CLI::Option* add_cuda_attention_option(CLI::App* app, std::string& dst) {
   return add_choice(app, "--cuda-attention", dst,
                     "CUDA attention kernel: auto (the own Hopper flash kernel for the DiT, cuDNN SDPA for other "
                     "shapes it takes, else the fp32 kernel), cudnn (cuDNN SDPA where it applies, else the fp32 "
-                    "kernel), fp8 (as auto with the DiT's attention in FP8: e4m3 Q, K, V and P, bf16 output; an "
-                    "experiment, docs/fp8.md) or fp32 (always the fp32 kernel, the parity oracle)",
-                    {"auto", "cudnn", "fp8", "fp32"}, "MAGI2_CUDA_ATTENTION");
+                    "kernel) or fp32 (always the fp32 kernel, the parity oracle)",
+                    {"auto", "cudnn", "fp32"}, "MAGI2_CUDA_ATTENTION");
 }
 
 CLI::Option* add_text_encoder_device_option(CLI::App* app, std::string& dst) {
@@ -58,6 +57,14 @@ CLI::Option* add_fp8_compute_option(CLI::App* app, std::string& dst) {
                     "how FP8 routed experts compute: w8a16 (bf16 activations) or w8a8 (e4m3 activations in 1x128 "
                     "groups, blockwise-scaled FP8 GEMMs); ignored for bf16 experts",
                     {"w8a16", "w8a8"}, "MAGI2_FP8_COMPUTE");
+}
+
+CLI::Option* add_attention_compute_option(CLI::App* app, std::string& dst) {
+  return add_choice(app, "--attention-compute", dst,
+                    "how the DiT's self-attention computes: bf16 (the official rounding points) or fp8 (e4m3 Q, K, V "
+                    "and P, bf16 output: an experiment, ~5 % rel-RMS per call on random inputs, docs/fp8.md; CUDA "
+                    "needs head dim 128)",
+                    {"bf16", "fp8"}, "MAGI2_ATTENTION_COMPUTE");
 }
 
 CLI::Option* add_moe_max_rows_option(CLI::App* app, int64_t& dst) {

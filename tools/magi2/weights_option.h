@@ -50,6 +50,11 @@ CLI::Option* add_decoder_device_option(CLI::App* app, std::string& dst);
 /// (EngineOptions::fp8_compute, DitWeights::fp8_compute); other values are refused at parse time.
 CLI::Option* add_fp8_compute_option(CLI::App* app, std::string& dst);
 
+/// Adds `--attention-compute bf16|fp8` (env MAGI2_ATTENTION_COMPUTE) writing to
+/// `dst` (EngineOptions::attention_compute, DitWeights::fp8_attention); other
+/// values are refused at parse time.
+CLI::Option* add_attention_compute_option(CLI::App* app, std::string& dst);
+
 /// Adds `--offload none|layerwise` (env MAGI2_OFFLOAD) writing to `dst`
 /// (EngineOptions::offload, DitOffload); other values are refused at parse time.
 CLI::Option* add_offload_option(CLI::App* app, std::string& dst);

@@ -69,7 +69,8 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
   be_.mark("attn.core");
   be_.attention({.q = ws.q, .k = ws.k, .v = ws.v, .sinks = L.sinks, .o = ws.o, .cu_seqlens = ws.cu_seqlens,
                  .max_seqlen = ws.max_seqlen,
-                 .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .lse = ws.lse});
+                 .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .lse = ws.lse,
+                 .fp8 = w_.fp8_attention});
   be_.mark("attn.glue");
   be_.attn_out({.o = ws.o, .lse = ws.lse, .sinks = L.sinks, .g = ws.g, .src_rows = ws.perm, .out = ws.o_p});
   be_.mark("attn.proj");

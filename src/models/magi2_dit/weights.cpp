@@ -116,6 +116,12 @@ Fp8Compute fp8_compute_from_name(const std::string& s, const std::string& flag) 
   throw Error(str_cat(flag, " must be w8a16 or w8a8, got '", s, "'"));
 }
 
+bool fp8_attention_from_name(const std::string& s, const std::string& flag) {
+  if (s == "bf16") return false;
+  if (s == "fp8") return true;
+  throw Error(str_cat(flag, " must be bf16 or fp8, got '", s, "'"));
+}
+
 bool router_bias_from_ema(const std::string& s, const std::string& flag) {
   if (s == "ema") return true;
   if (s == "main") return false;

@@ -35,6 +35,11 @@ bool router_bias_from_ema(const std::string& s, const std::string& flag);
 /// "w8a16" or "w8a8". Error naming `flag` and the value otherwise.
 Fp8Compute fp8_compute_from_name(const std::string& s, const std::string& flag);
 
+/// Parses the `--attention-compute` value (DitWeights::fp8_attention,
+/// docs/fp8.md): false for "bf16", true for "fp8". Error naming `flag` and
+/// the value otherwise.
+bool fp8_attention_from_name(const std::string& s, const std::string& flag);
+
 /// One expected tensor: official name, shape and parameter dtype.
 struct DitTensorSpec {
   std::string name;
@@ -105,6 +110,10 @@ struct DitWeights {
   /// (default) or W8A8; ignored for bf16 banks. Front ends set it from
   /// --fp8-compute (fp8_compute_from_name, EngineOptions::fp8_compute).
   Fp8Compute fp8_compute = Fp8Compute::W8A16;
+  /// The self-attention in FP8 (AttentionParams::fp8; an experiment, docs/fp8.md):
+  /// both backends. Front ends set it from --attention-compute
+  /// (fp8_attention_from_name, EngineOptions::attention_compute).
+  bool fp8_attention = false;
 
   /// Binds every official tensor of `arch` from `ckpt` (zero-copy where the
   /// on-disk dtype is the parameter dtype, else an explicit converted copy).
