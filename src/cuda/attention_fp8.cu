@@ -23,6 +23,7 @@
 #include "cuda/attention_tiles.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
+#include "ops/fp8_attention_layout.h"
 #include "ops/numerics.h"
 
 namespace magi2::cuda {
@@ -138,40 +139,18 @@ struct Scratch {
   }
 };
 
-// Carves FlashFp8Operands out of one allocation (256-byte aligned pieces).
-FlashFp8Operands carve(char* base, int64_t t, int64_t h, int64_t nseq, int64_t* total) {
-  const int64_t tiles = attn_tiles_bound(t, nseq), vt_cols = tiles * kAttnTile;
-  int64_t off = 0;
-  auto take = [&](int64_t bytes) {
-    char* p = base ? base + off : nullptr;
-    off += (bytes + 255) / 256 * 256;
-    return p;
-  };
-  FlashFp8Operands f;
-  f.q = reinterpret_cast<uint8_t*>(take(t * h * kHD));
-  f.k = reinterpret_cast<uint8_t*>(take(t * h * kHD));
-  f.vt = reinterpret_cast<uint8_t*>(take(h * kHD * vt_cols));
-  f.sq = reinterpret_cast<float*>(take(t * h * 4));
-  f.sk = reinterpret_cast<float*>(take(tiles * h * 4));
-  f.sv = reinterpret_cast<float*>(take(tiles * h * 4));
-  f.vt_cols = vt_cols;
-  *total = off;
-  return f;
-}
-
 }  // namespace
 
-int64_t attention_fp8_bytes(int64_t t, int64_t h, int64_t nseq) {
-  int64_t total = 0;
-  carve(nullptr, t, h, nseq, &total);
-  return total;
-}
+int64_t attention_fp8_bytes(int64_t t, int64_t h, int64_t nseq) { return fp8_attention_layout(t, h, kHD, nseq).bytes; }
 
 FlashFp8Operands attention_fp8_layout(void* base, int64_t t, int64_t h, int64_t nseq) {
   MAGI2_CHECK(base != nullptr && reinterpret_cast<uintptr_t>(base) % 256 == 0,
               "attention_fp8_layout: needs a 256-byte aligned device buffer");
-  int64_t total = 0;
-  return carve(static_cast<char*>(base), t, h, nseq, &total);
+  const Fp8AttentionLayout l = fp8_attention_layout(t, h, kHD, nseq);
+  char* b = static_cast<char*>(base);
+  return {.q = reinterpret_cast<uint8_t*>(b + l.q), .k = reinterpret_cast<uint8_t*>(b + l.k),
+          .vt = reinterpret_cast<uint8_t*>(b + l.vt), .sq = reinterpret_cast<float*>(b + l.sq),
+          .sk = reinterpret_cast<float*>(b + l.sk), .sv = reinterpret_cast<float*>(b + l.sv), .vt_cols = l.vt_cols};
 }
 
 void attention_fp8_quantize(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "ops/fp8_attention_layout.h"  // attn_tiles_bound
 #include "ops/numerics.h"
 
 namespace magi2::cuda {
@@ -43,10 +44,5 @@ __host__ __device__ constexpr int fp8_vt_key(int L) {
   const int w = L & 15, t = w >> 2, u = w & 3;
   return (L & ~15) | (2 * t + (u & 1) + 8 * (u >> 1));
 }
-
-/// A bound on the tiles of T tokens in nseq samples (sum of ceil(len / 128)
-/// <= T / 128 + nseq) without reading cu_seqlens: the grids' x and the FP8
-/// scales' rows.
-inline int64_t attn_tiles_bound(int64_t t, int64_t nseq) { return (t + kAttnTile - 1) / kAttnTile + nseq; }
 
 }  // namespace magi2::cuda

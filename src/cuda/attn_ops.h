@@ -42,10 +42,10 @@ enum class AttentionKernel {
 };
 /// AttentionParams on the tensor cores: the own flash kernel
 /// (attention_flash.h) or cuDNN SDPA (attention_cudnn.cpp), else
-/// attention_fp32, as `kernel` says; p.fp8 runs the flash kernel in
-/// FP8 (Error without the lse or at another head dim than 128). Builds a cuDNN plan on the first cuDNN
-/// call of a request shape; throws if that first call happens during stream
-/// capture.
+/// attention_fp32, as `kernel` says; p.fp8 runs the flash kernel in FP8
+/// whatever `kernel` (Error without the lse or at a head dim other than 128).
+/// Builds a cuDNN plan on the first cuDNN call of a request shape; throws if
+/// that first call happens during stream capture.
 void attention(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel = AttentionKernel::kAuto);
 /// Diagnostics (bench_attention --cudnn-plans): builds p's SDPA graph (with lse)
 /// with every plan cuDNN's heuristics A, B and fallback offer, runs each `reps`

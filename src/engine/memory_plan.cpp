@@ -23,6 +23,7 @@
 #include "models/qwen35/prompt.h"
 #include "models/qwen35/text_config.h"
 #include "models/qwen35/text_model.h"
+#include "ops/fp8_attention_layout.h"
 #include "ops/numerics.h"
 #include "models/qwen35/text_weights.h"
 #include "models/turbovae/chunk_plan.h"
@@ -69,14 +70,14 @@ constexpr uint64_t kDitBuffers = 1 + 26;
 // assumed where it applies (the default; MAGI2_MOE_KERNEL=epilogue|reference
 // are diagnostics and need the GEMM path's larger workspace). FP8 attention
 // (--attention-compute fp8) adds its e4m3 Q, K, V^T and scales
-// (attention_fp8_bytes in src/cuda/attention_fp8.cu; V^T's tiles bounded with
-// kAttnFp8Samples samples a call).
+// (fp8_attention_layout, the buffer src/cuda/attention_fp8.cu carves; V^T's
+// tiles bounded with kAttnFp8Samples samples a call).
 // The smallest routed-expert pass the memory advice names (--moe-max-rows):
 // below it the passes get many and short.
 constexpr int64_t kMinAdvisedMoeRows = 65536;
 // The samples of one DiT attention call the FP8 attention's scratch is
 // planned for (two CFG branches, each with its reference images).
-constexpr uint64_t kAttnFp8Samples = 16;
+constexpr int64_t kAttnFp8Samples = 16;
 
 uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Compute compute, int64_t moe_max_rows,
                      bool attn_fp8) {
@@ -104,10 +105,9 @@ uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Comput
   }
   (void)d;
   uint64_t attn = 0;
-  if (attn_fp8) {
-    const uint64_t tiles = (n + kFp8AttnTile - 1) / kFp8AttnTile + kAttnFp8Samples;
-    attn = 2 * n * h * hd + h * hd * tiles * kFp8AttnTile + n * h * 4 + 2 * tiles * h * 4 + 6 * 256;
-  }
+  if (attn_fp8)
+    attn = static_cast<uint64_t>(
+        fp8_attention_layout(n, static_cast<int64_t>(h), static_cast<int64_t>(hd), kAttnFp8Samples).bytes);
   return kCudaRuntimeReserve + kCudaGemmWorkspace + moe + attn + n * h * 4 + kDitBuffers * kCudaRounding;
 }
 
@@ -431,11 +431,12 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   m.tokens = pack.total_tokens;
 
   StageMemory dit = s.dit;
+  const bool attn_fp8 = fp8_attention_from_name(s.opt.attention_compute, "--attention-compute");
   dit.activations = DitWorkspace::planned_bytes(a, pack.total_tokens, pack.width) +
                     DenoiseLoop::planned_bytes(pack, m.steps, a.out_channels());
   dit.workspace = dit_scratch(a, pack.total_tokens, cuda, s.fp8,
                               fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute"), s.opt.cuda.moe_max_rows,
-                              s.opt.attention_compute == "fp8");
+                              attn_fp8);
   dit.source = str_cat("weights: the official tensor list at its parameter dtypes",
                        dit.weights_mapped ? " (mmap'd views)" : "",
                        s.layerwise ? str_cat(" (--offload layerwise: non-layer tensors + 2 layer slots of ",
@@ -446,7 +447,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
                        "buffers (exact); workspace: formula (",
                        cuda ? "CUDA libraries 512 MiB + GEMM 32 MiB + MoE plan + attention stats + allocator rounding"
                             : "the CPU attention's fp32 K/V copies",
-                       cuda && s.opt.attention_compute == "fp8" ? " + FP8 attention operands" : "", ")");
+                       cuda && attn_fp8 ? " + FP8 attention operands" : "", ")");
   // --text-encoder-device auto puts the text encoder on the DiT's backend (its weights uploaded there).
   const bool te_gpu = cuda && s.opt.text_encoder_device == "auto";
   if (s.te && p.text_features.empty()) {
@@ -659,7 +660,8 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
       if (cuda && !a.moe_layers.empty() && !weights_alone) {
         const Fp8Compute fc = fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute");
         for (int64_t r = s.opt.cuda.moe_max_rows / 2; r >= kMinAdvisedMoeRows && rows_fit == 0; r /= 2)
-          if (need - d->workspace + dit_scratch(a, pack.total_tokens, cuda, s.fp8, fc, r, s.opt.attention_compute == "fp8") <= budget) rows_fit = r;
+          if (need - d->workspace + dit_scratch(a, pack.total_tokens, cuda, s.fp8, fc, r, attn_fp8) <= budget)
+            rows_fit = r;
       }
       const std::string rows = rows_fit > 0 ? str_cat("--moe-max-rows ", rows_fit, " (smaller routed-expert passes, "
                                                       "the same bytes), ")

@@ -197,8 +197,8 @@ MAGI2_HD float fp8_act_scale(float amax) { return amax == 0.0f ? 1.0f : amax / k
 MAGI2_HD uint8_t fp8_act_quant(float v, float scale) { return f32_to_e4m3_bits(v / scale); }
 
 /// FP8 attention (AttentionParams::fp8; docs/fp8.md): Q, K and V as e4m3 with
-/// one scale per query row and head (fp8_act_scale of the row's 128-value
-/// amax), one per 128-token key tile and head for K and likewise for V (tiles
+/// one scale per query row and head (fp8_act_scale of the row's amax over
+/// the head dim), one per 128-token key tile and head for K and likewise for V (tiles
 /// counted from each sample's first token), and P as e4m3(2^8 p): p <= 1, so
 /// the factor keeps values down to 2^-17 in e4m3's subnormal range.
 constexpr int kFp8AttnTile = 128;
