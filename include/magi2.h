@@ -61,6 +61,10 @@ typedef struct {
      Q, K, V and P, bf16 output; an experiment, docs/fp8.md); the CLI's
      --attention-compute. */
   const char* attention_compute;
+  /* How the DiT's dense linears compute: "bf16" (default) or "fp8" (W8A8:
+     weights quantised at load with 128 x 128 block scales, activations per
+     1 x 128 group; an experiment, docs/fp8.md); the CLI's --linear-compute. */
+  const char* linear_compute;
 } magi2_engine_options;
 
 /* One request. Strings may be NULL (= unset); outputs left NULL are not written. */

@@ -84,6 +84,7 @@ magi2_status magi2_engine_create(const magi2_engine_options* o, magi2_engine** o
     if (o->decoder_device) eo.decoder_device = o->decoder_device;
     if (o->offload) eo.offload = o->offload;
     if (o->attention_compute) eo.attention_compute = o->attention_compute;
+    if (o->linear_compute) eo.linear_compute = o->linear_compute;
     MAGI2_CHECK(eo.model.rfind("builtin:", 0) != 0 || !eo.cache.cache_dir.empty(),
                 "magi2_engine_create: model ", eo.model, " needs cache_dir");
     *out = new magi2_engine(eo);

@@ -13,6 +13,7 @@ namespace magi2::cpu {
 
 void rms_norm(const RmsNormParams& p);          // norm.cpp
 void linear(const LinearParams& p);             // linear.cpp
+void linear_fp8(const LinearParams& p);         // linear_fp8.cpp (W8A8: LinearParams::w_scale)
 void swiglu7(const SwiGLU7Params& p);           // elementwise.cpp
 void gather_rows(const GatherRowsParams& p);    // elementwise.cpp
 void gate(const GateParams& p);                 // elementwise.cpp

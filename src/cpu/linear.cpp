@@ -63,6 +63,7 @@ void dot_tile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t 
 }  // namespace
 
 void linear(const LinearParams& p) {
+  if (p.w_scale.defined() || p.w.dtype() == DType::F8E4M3) return linear_fp8(p);
   const int64_t rows = p.x.size(0), in = p.x.size(1), out = p.y.size(1);
   check_2d(p.x, rows, in, "linear.x");
   check_2d(p.y, rows, out, "linear.y");

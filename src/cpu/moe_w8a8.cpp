@@ -12,6 +12,7 @@
 
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/fp8_act.h"
 #include "cpu/moe_routes.h"
 #include "ops/numerics.h"
 
@@ -20,32 +21,6 @@ namespace magi2::cpu {
 namespace {
 
 static_assert(kFp8ActGroup == kFp8Block, "activation groups and weight blocks share their K boundaries");
-
-// Every e4m3 bit pattern's exact fp32 value.
-struct E4m3Values {
-  float v[256];
-  E4m3Values() {
-    for (int i = 0; i < 256; ++i) v[i] = e4m3_bits_to_f32(static_cast<uint8_t>(i));
-  }
-};
-const E4m3Values& e4m3_values() {
-  static const E4m3Values t;
-  return t;
-}
-
-// x[0 .. n) -> the decoded e4m3 values qv (exact fp32) and one scale per
-// group of kFp8ActGroup (the last one shorter when n is not a multiple).
-void quantize_groups(const float* x, int64_t n, float* qv, float* scale) {
-  const float* tab = e4m3_values().v;
-  for (int64_t g0 = 0, b = 0; g0 < n; g0 += kFp8ActGroup, ++b) {
-    const int64_t g1 = std::min<int64_t>(n, g0 + kFp8ActGroup);
-    float amax = 0.0f;
-    for (int64_t i = g0; i < g1; ++i) amax = fp8_amax_step(amax, x[i]);
-    const float s = fp8_act_scale(amax);
-    scale[b] = s;
-    for (int64_t i = g0; i < g1; ++i) qv[i] = tab[fp8_act_quant(x[i], s)];
-  }
-}
 
 // One FP8 bank [F, K, N] with scales [F, ceil(K / 128), ceil(N / 128)].
 struct Fp8Matrix {

@@ -6,7 +6,7 @@
 // three bf16 tensors once (~0.2 ms a layer at 272p).
 //
 // CTA: one 128-token tile of one sample (attention_tiles.cuh) and one head,
-// 8 warps; a warp takes a token row as 32 lanes x 4 values. Q: one scale per
+// 16 warps; a warp takes a token row as 32 lanes x 4 values. Q: one scale per
 // row (a warp reduction). K and V: one scale per tile (the rows' amax, then a
 // block reduction). V goes through shared memory to its transposed layout:
 // row d of tile i in V^T holds the tile's keys in the order of P's e4m3
@@ -23,6 +23,7 @@
 #include "cuda/attention_tiles.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
+#include "cuda/fp8_quant.cuh"
 #include "ops/fp8_attention_layout.h"
 #include "ops/numerics.h"
 
@@ -31,23 +32,24 @@ namespace magi2::cuda {
 namespace {
 
 constexpr int kHD = 128;
-constexpr int kWarps = 8;
+constexpr int kWarps = 16;  // 8 rows a warp: ~64 registers, so two CTAs (32 warps) fit an SM
 constexpr int kRowsPerWarp = kAttnTile / kWarps;
 constexpr int kVtStride = kHD + 4;  // bytes per key row in shared memory: 33 words, so columns spread over banks
 
-__device__ __forceinline__ float warp_amax(float a) {
-  for (int o = 16; o; o >>= 1) a = fp8_amax_step(a, __shfl_xor_sync(0xffffffffu, a, o));
-  return a;
+// The 8 bytes (four bf16 values, dims 4 lane .. 4 lane + 3) of (token, head) that lane `lane` handles.
+__device__ __forceinline__ uint2 load4(const uint16_t* __restrict__ x, int64_t token, int h, int head, int lane) {
+  return *reinterpret_cast<const uint2*>(x + (token * h + head) * kHD + 4 * lane);
 }
 
-// Four bf16 values of (token, head) from lane `lane`: dims 4 lane .. 4 lane + 3.
-__device__ __forceinline__ void load4(const uint16_t* __restrict__ x, int64_t token, int h, int head, int lane,
-                                      float* v) {
-  const uint2 w = *reinterpret_cast<const uint2*>(x + (token * h + head) * kHD + 4 * lane);
+__device__ __forceinline__ void unpack4(uint2 w, float* v) {
   v[0] = dev::bf16_to_f32(static_cast<uint16_t>(w.x & 0xffffu));
   v[1] = dev::bf16_to_f32(static_cast<uint16_t>(w.x >> 16));
   v[2] = dev::bf16_to_f32(static_cast<uint16_t>(w.y & 0xffffu));
   v[3] = dev::bf16_to_f32(static_cast<uint16_t>(w.y >> 16));
+}
+
+__device__ __forceinline__ float amax4(const float* v) {
+  return fp8_amax_step(fp8_amax_step(fp8_amax_step(fp8_amax_step(0.f, v[0]), v[1]), v[2]), v[3]);
 }
 
 __device__ __forceinline__ uint32_t quant4(const float* v, float sc) {
@@ -55,15 +57,18 @@ __device__ __forceinline__ uint32_t quant4(const float* v, float sc) {
          static_cast<uint32_t>(fp8_act_quant(v[2], sc)) << 16 | static_cast<uint32_t>(fp8_act_quant(v[3], sc)) << 24;
 }
 
-// The tile's amax over the rows this warp holds (x[i] for i < mine), reduced
+// The tile's amax over the rows this warp holds (raw[i] for i < mine), reduced
 // over the block; red: kWarps floats of shared memory.
-__device__ __forceinline__ float tile_amax(const float (&x)[kRowsPerWarp][4], int mine, float* red) {
+__device__ __forceinline__ float tile_amax(const uint2 (&raw)[kRowsPerWarp], int mine, float* red) {
   float a = 0.f;
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i)
-    if (i < mine)
-      for (int e = 0; e < 4; ++e) a = fp8_amax_step(a, x[i][e]);
-  a = warp_amax(a);
+    if (i < mine) {
+      float x[4];
+      unpack4(raw[i], x);
+      for (int e = 0; e < 4; ++e) a = fp8_amax_step(a, x[e]);
+    }
+  a = dev::fp8_warp_amax(a);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   __syncthreads();  // red may still be read from the previous reduction
   if (lane == 0) red[warp] = a;
@@ -73,7 +78,11 @@ __device__ __forceinline__ float tile_amax(const float (&x)[kRowsPerWarp][4], in
   return a;
 }
 
-__global__ void __launch_bounds__(kWarps * 32)
+// Warp w handles rows w, w + 8, ... of the tile (raw[i]: row w + 8 i) for q,
+// k and v alike. All loads of a tensor are issued before any of its values is
+// used (the kernel is bound by memory latency otherwise): q and k first, v
+// once q's registers are free.
+__global__ void __launch_bounds__(kWarps * 32, 2)
     attention_fp8_quantize_kernel(const uint16_t* __restrict__ q, const uint16_t* __restrict__ k,
                                   const uint16_t* __restrict__ v, const int32_t* __restrict__ cu, int nseq, int h,
                                   FlashFp8Operands f) {
@@ -83,42 +92,55 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int head = static_cast<int>(blockIdx.y);
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int rows = static_cast<int>(t.end - t.q0 < kAttnTile ? t.end - t.q0 : kAttnTile);
+  const int mine = rows > warp ? (rows - warp + kWarps - 1) / kWarps : 0;
   __shared__ float red[kWarps];
   __shared__ __align__(16) uint8_t vs[kAttnTile * kVtStride];
-
-  // Q: a scale per row.
-  for (int r = warp; r < rows; r += kWarps) {
-    float x[4];
-    load4(q, t.q0 + r, h, head, lane, x);
-    const float sc = fp8_act_scale(warp_amax(fp8_amax_step(fp8_amax_step(fp8_amax_step(fp8_amax_step(0.f, x[0]),
-                                                                                        x[1]), x[2]), x[3])));
-    const int64_t row = (t.q0 + r) * h + head;
-    if (lane == 0) f.sq[row] = sc;
-    reinterpret_cast<uint32_t*>(f.q + row * kHD)[lane] = quant4(x, sc);
-  }
-
-  // K and V: a scale per tile. Warp w holds rows w, w + 8, ... (x[i]: row w + 8 i) in registers.
-  float x[kRowsPerWarp][4];
-  const int mine = rows > warp ? (rows - warp + kWarps - 1) / kWarps : 0;
+  uint2 rq[kRowsPerWarp], rk[kRowsPerWarp];
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i)
-    if (i < mine) load4(k, t.q0 + warp + i * kWarps, h, head, lane, x[i]);
-  float sc = fp8_act_scale(tile_amax(x, mine, red));
+    if (i < mine) {
+      rq[i] = load4(q, t.q0 + warp + i * kWarps, h, head, lane);
+      rk[i] = load4(k, t.q0 + warp + i * kWarps, h, head, lane);
+    }
+
+  // Q: a scale per row.
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i)
+    if (i < mine) {
+      float x[4];
+      unpack4(rq[i], x);
+      const float sc = fp8_act_scale(dev::fp8_warp_amax(amax4(x)));
+      const int64_t row = (t.q0 + warp + i * kWarps) * h + head;
+      if (lane == 0) f.sq[row] = sc;
+      reinterpret_cast<uint32_t*>(f.q + row * kHD)[lane] = quant4(x, sc);
+    }
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i)
+    if (i < mine) rq[i] = load4(v, t.q0 + warp + i * kWarps, h, head, lane);
+
+  // K and V: a scale per tile.
+  float sc = fp8_act_scale(tile_amax(rk, mine, red));
   if (threadIdx.x == 0) f.sk[static_cast<int64_t>(tile) * h + head] = sc;
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i)
     if (i < mine) {
+      float x[4];
+      unpack4(rk[i], x);
       const int64_t row = (t.q0 + warp + i * kWarps) * h + head;
-      reinterpret_cast<uint32_t*>(f.k + row * kHD)[lane] = quant4(x[i], sc);
+      reinterpret_cast<uint32_t*>(f.k + row * kHD)[lane] = quant4(x, sc);
     }
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i)
-    if (i < mine) load4(v, t.q0 + warp + i * kWarps, h, head, lane, x[i]);
-  sc = fp8_act_scale(tile_amax(x, mine, red));
+  sc = fp8_act_scale(tile_amax(rq, mine, red));
   if (threadIdx.x == 0) f.sv[static_cast<int64_t>(tile) * h + head] = sc;
 #pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i)
-    *reinterpret_cast<uint32_t*>(vs + (warp + i * kWarps) * kVtStride + 4 * lane) = i < mine ? quant4(x[i], sc) : 0u;
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    uint32_t w = 0u;  // keys past the sample's end
+    if (i < mine) {
+      float x[4];
+      unpack4(rq[i], x);
+      w = quant4(x, sc);
+    }
+    *reinterpret_cast<uint32_t*>(vs + (warp + i * kWarps) * kVtStride + 4 * lane) = w;
+  }
   __syncthreads();
   // V^T rows d = warp, warp + 8, ...: lane writes logical keys 4 lane .. 4 lane + 3.
   uint8_t* vt = f.vt + static_cast<int64_t>(head) * kHD * f.vt_cols + static_cast<int64_t>(tile) * kAttnTile;

@@ -51,7 +51,8 @@ class CudaBackend final : public Backend {
     MAGI2_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     cache_ = std::make_shared<DeviceCache>(device);
     workspace_ = cache_->get(kGemmWorkspace);
-    linear_ = std::make_unique<LinearRunner>(workspace_.get(), kGemmWorkspace);
+    linear_ = std::make_unique<LinearRunner>(workspace_.get(), kGemmWorkspace,
+                                             [cache = cache_](size_t bytes) { return cache->get(bytes); });
     moe_ = std::make_unique<MoeExpertsRunner>([cache = cache_](size_t bytes) { return cache->get(bytes); },
                                               options.moe_max_rows);
     scratch_ = std::make_unique<SplitScratch>([cache = cache_](size_t bytes) { return cache->get(bytes); });

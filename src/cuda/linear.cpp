@@ -9,6 +9,9 @@
 #include <cublasLt.h>
 
 #include "cuda/cuda_common.h"
+#include "cuda/linear_fp8.h"
+#include "ops/numerics.h"
+#include "ops/op_checks.h"
 
 #define MAGI2_CUBLAS_CHECK(expr)                                                                          \
   do {                                                                                                    \
@@ -57,8 +60,8 @@ struct MatmulDesc {
 
 }  // namespace
 
-LinearRunner::LinearRunner(void* workspace, size_t workspace_bytes)
-    : workspace_(workspace), workspace_bytes_(workspace_bytes) {
+LinearRunner::LinearRunner(void* workspace, size_t workspace_bytes, DeviceAlloc alloc)
+    : workspace_(workspace), workspace_bytes_(workspace_bytes), alloc_(alloc), act8_(std::move(alloc)) {
   cublasLtHandle_t h = nullptr;
   MAGI2_CUBLAS_CHECK(cublasLtCreate(&h));
   handle_ = h;
@@ -108,7 +111,48 @@ void LinearRunner::gemm(const Tensor& x, const Tensor& w, const Tensor& y, int64
                                     workspace_bytes_, s));
 }
 
+void LinearRunner::run_fp8(const LinearParams& p, cudaStream_t s) {
+  check_linear_fp8(Device::CUDA, p);
+  const int64_t rows = p.x.size(0), in = p.x.size(1), out = p.y.size(1);
+  MAGI2_CHECK(in % kFp8Block == 0 && out % kFp8Block == 0, "CUDA backend: linear (FP8) needs in and out multiples of ",
+              kFp8Block, ", got [", in, " -> ", out, "] (the CPU backend takes any width)");
+  MAGI2_CHECK(MAGI2_HAVE_CUTLASS, "CUDA backend: linear (FP8) needs the CUTLASS headers at build time");
+  MAGI2_CHECK(reinterpret_cast<uintptr_t>(p.y.data()) % 16 == 0 && p.y.row_stride() % 8 == 0,
+              "CUDA backend: linear (FP8): y must be 16-byte aligned with a row stride of a multiple of 8");
+  if (rows == 0) return;
+  // x -> e4m3 rows + scales (256-byte aligned halves of one scratch).
+  const int64_t kb = in / kFp8Block;
+  const size_t q_bytes = (static_cast<size_t>(rows * in) + 255) / 256 * 256;
+  char* buf = static_cast<char*>(act8_.get(q_bytes + static_cast<size_t>(rows * kb) * 4, s, "linear (FP8)"));
+  auto* xq = reinterpret_cast<uint8_t*>(buf);
+  auto* xs = reinterpret_cast<float*>(buf + q_bytes);
+  quantize_rows_fp8(p.x.data_as<uint16_t>(), p.x.row_stride(), rows, in, xq, xs, s);
+  const Groups& g = p.groups;
+  const Fp8Key key{out, in, p.y.row_stride(), g.cu[0], g.cu[1], g.cu[2], g.cu[3]};
+  auto it = fp8_plans_.find(key);
+  if (it == fp8_plans_.end()) {
+    check_not_capturing(s, "linear (FP8): no GEMM planned for [", rows, " x ", in, "] -> ", out,
+                        "; run one eager forward at this shape before capturing a CUDA graph");
+    Fp8Plan plan;
+#if MAGI2_HAVE_CUTLASS
+    plan.gemm = make_fp8_linear_gemm_bf16({.experts = g.count, .parts = 1, .n = out, .k = in, .lda = in,
+                                           .ldd = p.y.row_stride()},
+                                          alloc_);
+#endif
+    int32_t cu[4] = {};
+    for (int i = 0; i <= g.count; ++i) cu[i] = static_cast<int32_t>(g.cu[i]);
+    plan.offsets = alloc_(sizeof(cu));
+    MAGI2_CUDA_CHECK(cudaMemcpyAsync(plan.offsets.get(), cu, sizeof(cu), cudaMemcpyHostToDevice, s));
+    MAGI2_CUDA_CHECK(cudaStreamSynchronize(s));  // `cu` lives on this stack frame
+    it = fp8_plans_.emplace(key, std::move(plan)).first;
+  }
+  const void* b[1] = {p.w.data()};
+  const float* sb[1] = {p.w_scale.data_as<float>()};
+  it->second.gemm->run(static_cast<const int32_t*>(it->second.offsets.get()), xq, xs, b, sb, p.y.data(), s);
+}
+
 void LinearRunner::run(const LinearParams& p, cudaStream_t s) {
+  if (p.w_scale.defined() || p.w.dtype() == DType::F8E4M3) return run_fp8(p, s);
   const int64_t rows = p.x.size(0), in = p.x.size(1), out = p.y.size(1);
   check_2d(p.x, rows, in, "linear.x");
   check_2d(p.y, rows, out, "linear.y");

@@ -7,7 +7,8 @@
 // no MN-major B), fp32 accumulation with the scales applied per 128-deep
 // K-block, no C operand. Scales: SFA one per row and K-block, K-major
 // ([rows, k / 128], as the quantising kernels write it); SFB one per 128 x 128
-// block, N-major ([k / 128, n / 128] per expert, the checkpoint's layout).
+// block, N-major ([k / 128, n / 128] per expert, the checkpoint's layout of an
+// expert bank) or K-major ([n / 128, k / 128]: a linear weight's [out, in] blocks).
 // Needs -DNDEBUG and sm_90a.
 #pragma once
 
@@ -40,7 +41,7 @@ using cute::make_shape;
 
 constexpr int kBlock = 128;  // the scale granularity along K (both operands) and along N (B)
 
-template <class ElementD>
+template <class ElementD, cute::GMMA::Major kSfbMajor>
 struct Config {
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
   using ElementA = cutlass::float_e4m3_t;
@@ -50,8 +51,8 @@ struct Config {
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignA = 16, kAlignB = 16;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
-  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kBlock, kBlock, cute::GMMA::Major::K,
-                                                                cute::GMMA::Major::MN>;
+  using ScaleConfig =
+      cutlass::detail::Sm90BlockwiseScaleConfig<1, kBlock, kBlock, cute::GMMA::Major::K, kSfbMajor>;
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
   using TileShape = cute::Shape<_128, _128, _128>;
@@ -117,9 +118,9 @@ __global__ void fill_fp8_groups(const int32_t* __restrict__ offsets, int experts
   g.lsfb[i] = C::ScaleConfig::tile_atom_to_shape_SFB(make_shape(m, n, k, 1));
 }
 
-template <class ElementD>
+template <class ElementD, cute::GMMA::Major kSfbMajor = cute::GMMA::Major::MN>
 class Runner final : public Fp8ExpertGemm {
-  using C = Config<ElementD>;
+  using C = Config<ElementD, kSfbMajor>;
 
  public:
   Runner(const ExpertGemmShape& sh, const DeviceAlloc& alloc) : sh_(sh) {

@@ -38,5 +38,10 @@ class Fp8ExpertGemm {
 std::unique_ptr<Fp8ExpertGemm> make_fp8_expert_gemm_bf16(const ExpertGemmShape& shape, const DeviceAlloc& alloc);
 /// fp32 output (W2: the combine applies the routing weight). moe_fp8_gemm_f32.cu.
 std::unique_ptr<Fp8ExpertGemm> make_fp8_expert_gemm_f32(const ExpertGemmShape& shape, const DeviceAlloc& alloc);
+/// bf16 output with K-major weight scales: sb[s] f32 [F, n / 128, k / 128] (the
+/// 128 x 128 blocks of F stacked [n, k] matrices, a linear weight's [out, in]
+/// layout: LinearParams::w_scale); everything else as above. The FP8 linears
+/// (linear.cpp: F = the row groups). linear_fp8_gemm.cu.
+std::unique_ptr<Fp8ExpertGemm> make_fp8_linear_gemm_bf16(const ExpertGemmShape& shape, const DeviceAlloc& alloc);
 
 }  // namespace magi2::cuda

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
+#include "cuda/fp8_quant.cuh"
 #include "ops/numerics.h"
 
 namespace magi2::cuda {
@@ -24,29 +25,6 @@ using namespace dev;
 constexpr int kGroup = kFp8ActGroup;  // 128 = 32 lanes x 4 elements
 constexpr int kWarps = 8;             // warps per block of the row kernels
 constexpr int kTile = 64;             // transpose tile edge, bytes
-
-static_assert(kGroup == 32 * 4, "one warp covers one activation group, 4 elements a lane");
-
-// The group's amax over the warp (each lane holds the amax of its 4 elements).
-__device__ __forceinline__ float warp_amax(float m) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fp8_amax_step(m, __shfl_xor_sync(0xffffffffu, m, o));
-  return m;
-}
-
-// Four values -> four e4m3 bytes (little-endian in one word) with the group's
-// scale, which lane 0 stores at *scale.
-__device__ __forceinline__ uint32_t quantize4(const float v[4], float* scale, int lane) {
-  float m = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) m = fp8_amax_step(m, v[j]);
-  const float s = fp8_act_scale(warp_amax(m));
-  if (lane == 0) *scale = s;
-  uint32_t w = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) w |= static_cast<uint32_t>(fp8_act_quant(v[j], s)) << (8 * j);
-  return w;
-}
 
 // One warp per expert-ordered row p: xq[p] = e4m3 of r[token, head * dh ..]
 // per 128-group, xs[p, g] its scales. Rows past offsets[F] are not routed.
@@ -64,7 +42,7 @@ __global__ void w8a8_gather_quant(const uint16_t* __restrict__ r, int64_t ldr, i
     float v[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = bf16_to_f32(from[c + j]);
-    const uint32_t w = quantize4(v, xs + p * groups + g, lane);
+    const uint32_t w = fp8_quantize4(v, xs + p * groups + g, lane);
     *reinterpret_cast<uint32_t*>(xq + p * dh + c) = w;
   }
 }
@@ -92,7 +70,7 @@ __global__ void w8a8_swiglu7_quant(uint16_t* __restrict__ h, int64_t de, const i
         v[j] = round_bf16(swiglu7_f32(bf16_to_f32(row[c + j]), bf16_to_f32(row[de + c + j]),
                                       [](float x) { return sigmoid_fast_f32(x); }));
       }
-      const uint32_t w = quantize4(v, zs + p * groups + g, lane);
+      const uint32_t w = fp8_quantize4(v, zs + p * groups + g, lane);
       __syncwarp();
       *reinterpret_cast<uint32_t*>(zq + c) = w;
     }

@@ -229,7 +229,8 @@ struct Engine::State {
     }
     model.weights.router_bias_from_ema = router_bias_from_ema(config.router_bias, "--router-bias");
     model.weights.fp8_compute = fp8_compute_from_name(config.fp8_compute, "--fp8-compute");
-    model.weights.fp8_attention = fp8_attention_from_name(config.attention_compute, "--attention-compute");
+    model.weights.fp8_attention = fp8_from_compute_name(config.attention_compute, "--attention-compute");
+    if (fp8_from_compute_name(config.linear_compute, "--linear-compute")) model.weights.quantize_linears();
     // On a GPU the weights are uploaded once; the mmap'd host views stay only
     // for the CPU backend.
     std::function<void(size_t, size_t)> progress;

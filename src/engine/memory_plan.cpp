@@ -80,7 +80,7 @@ constexpr int64_t kMinAdvisedMoeRows = 65536;
 constexpr int64_t kAttnFp8Samples = 16;
 
 uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Compute compute, int64_t moe_max_rows,
-                     bool attn_fp8) {
+                     bool attn_fp8, bool linear_fp8) {
   const uint64_t h = a.num_heads_q(), hd = a.head_dim, d = a.hidden_size;
   if (!cuda) return std::max<uint64_t>(2 * n * h * hd * 4, n * std::max<uint64_t>(a.virtual_width(), a.dense_intermediate()) * 4);
   uint64_t moe = 0;
@@ -103,12 +103,14 @@ uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Comput
     else if (fp8)
       moe += (fused ? 3 : 2) * nf * dh * de * 2;
   }
-  (void)d;
   uint64_t attn = 0;
   if (attn_fp8)
     attn = static_cast<uint64_t>(
         fp8_attention_layout(n, static_cast<int64_t>(h), static_cast<int64_t>(hd), kAttnFp8Samples).bytes);
-  return kCudaRuntimeReserve + kCudaGemmWorkspace + moe + attn + n * h * 4 + kDitBuffers * kCudaRounding;
+  // FP8 linears: the e4m3 activations and their 1 x 128 group scales of the widest input (the dense MLP's).
+  const uint64_t lin_k = std::max<uint64_t>(d, a.dense_intermediate());
+  const uint64_t lin = linear_fp8 ? n * lin_k + n * ((lin_k + kFp8ActGroup - 1) / kFp8ActGroup) * 4 : 0;
+  return kCudaRuntimeReserve + kCudaGemmWorkspace + moe + attn + lin + n * h * 4 + kDitBuffers * kCudaRounding;
 }
 
 // Peak activations of the Qwen3.5 text model over L tokens (src/models/qwen35/
@@ -431,12 +433,13 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   m.tokens = pack.total_tokens;
 
   StageMemory dit = s.dit;
-  const bool attn_fp8 = fp8_attention_from_name(s.opt.attention_compute, "--attention-compute");
+  const bool attn_fp8 = fp8_from_compute_name(s.opt.attention_compute, "--attention-compute");
+  const bool lin_fp8 = fp8_from_compute_name(s.opt.linear_compute, "--linear-compute");
   dit.activations = DitWorkspace::planned_bytes(a, pack.total_tokens, pack.width) +
                     DenoiseLoop::planned_bytes(pack, m.steps, a.out_channels());
   dit.workspace = dit_scratch(a, pack.total_tokens, cuda, s.fp8,
                               fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute"), s.opt.cuda.moe_max_rows,
-                              attn_fp8);
+                              attn_fp8, lin_fp8);
   dit.source = str_cat("weights: the official tensor list at its parameter dtypes",
                        dit.weights_mapped ? " (mmap'd views)" : "",
                        s.layerwise ? str_cat(" (--offload layerwise: non-layer tensors + 2 layer slots of ",
@@ -447,7 +450,9 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
                        "buffers (exact); workspace: formula (",
                        cuda ? "CUDA libraries 512 MiB + GEMM 32 MiB + MoE plan + attention stats + allocator rounding"
                             : "the CPU attention's fp32 K/V copies",
-                       cuda && attn_fp8 ? " + FP8 attention operands" : "", ")");
+                       cuda && attn_fp8 ? " + FP8 attention operands" : "",
+                       cuda && lin_fp8 ? " + FP8 linear activations" : "", ")",
+                       lin_fp8 ? "; --linear-compute fp8 counted at bf16 weight sizes (an upper bound)" : "");
   // --text-encoder-device auto puts the text encoder on the DiT's backend (its weights uploaded there).
   const bool te_gpu = cuda && s.opt.text_encoder_device == "auto";
   if (s.te && p.text_features.empty()) {
@@ -660,7 +665,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
       if (cuda && !a.moe_layers.empty() && !weights_alone) {
         const Fp8Compute fc = fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute");
         for (int64_t r = s.opt.cuda.moe_max_rows / 2; r >= kMinAdvisedMoeRows && rows_fit == 0; r /= 2)
-          if (need - d->workspace + dit_scratch(a, pack.total_tokens, cuda, s.fp8, fc, r, attn_fp8) <= budget)
+          if (need - d->workspace + dit_scratch(a, pack.total_tokens, cuda, s.fp8, fc, r, attn_fp8, lin_fp8) <= budget)
             rows_fit = r;
       }
       const std::string rows = rows_fit > 0 ? str_cat("--moe-max-rows ", rows_fit, " (smaller routed-expert passes, "

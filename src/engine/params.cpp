@@ -32,7 +32,8 @@ void validate(const EngineOptions& c) {
   MAGI2_CHECK(c.refiner_device == "auto" || c.refiner_device == "cpu", "--refiner-device must be auto or cpu, got '",
               c.refiner_device, "'");
   (void)fp8_compute_from_name(c.fp8_compute, "--fp8-compute");
-  (void)fp8_attention_from_name(c.attention_compute, "--attention-compute");
+  (void)fp8_from_compute_name(c.attention_compute, "--attention-compute");
+  (void)fp8_from_compute_name(c.linear_compute, "--linear-compute");
   (void)offload_from_name(c.offload, "--offload");
   validate(c.cuda);
 }

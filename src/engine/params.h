@@ -73,6 +73,12 @@ struct EngineOptions {
   /// points) or "fp8" (e4m3 Q, K, V and P, bf16 output; an experiment; CUDA
   /// needs head dim 128); both backends. DitWeights::fp8_attention, docs/fp8.md.
   std::string attention_compute = "bf16";
+  /// How the DiT's dense linears compute [--linear-compute, env
+  /// MAGI2_LINEAR_COMPUTE]: "bf16" (the default) or "fp8" (W8A8: the weights
+  /// quantised at load with 128 x 128 block scales, the activations per 1 x 128
+  /// group; an experiment; CUDA needs widths that are multiples of 128); both
+  /// backends. DitWeights::quantize_linears, LinearParams::w_scale, docs/fp8.md.
+  std::string linear_compute = "bf16";
   /// Where the layer weights of the DiT and of the text encoder live
   /// [--offload, env MAGI2_OFFLOAD]: "none" (all resident on the device) or
   /// "layerwise" (CUDA: each model's layer weights stay in pinned host memory

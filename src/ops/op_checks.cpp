@@ -1,6 +1,7 @@
 #include "ops/op_checks.h"
 
 #include "core/error.h"
+#include "ops/numerics.h"
 
 namespace magi2 {
 
@@ -23,6 +24,29 @@ void check_row_groups(const Groups& g, int64_t rows, const char* what) {
   MAGI2_CHECK(g.count >= 1 && g.count <= 3 && g.cu[0] == 0 && g.cu[g.count] == rows, what,
               ": row groups do not cover ", rows, " rows");
   for (int m = 0; m < g.count; ++m) MAGI2_CHECK(g.cu[m] <= g.cu[m + 1], what, ": row groups not ordered");
+}
+
+void check_linear_fp8(Device device, const LinearParams& p) {
+  MAGI2_CHECK(p.x.defined() && p.y.defined() && p.x.dim() == 2 && p.y.dim() == 2,
+              "linear (FP8): x and y must be 2-D tensors");
+  const int64_t rows = p.x.size(0), in = p.x.size(1), out = p.y.size(1);
+  check_2d_on(device, p.x, rows, in, "linear.x");
+  check_2d_on(device, p.y, rows, out, "linear.y");
+  check_row_groups(p.groups, rows, "linear");
+  MAGI2_CHECK(p.x.dtype() == DType::BF16 && p.y.dtype() == DType::BF16,
+              "linear (FP8 weights): x and y must be bf16, got ", dtype_name(p.x.dtype()), " and ",
+              dtype_name(p.y.dtype()));
+  MAGI2_CHECK(!p.bias.defined(), "linear (FP8 weights): a bias is not supported");
+  const int64_t g = p.groups.count;
+  MAGI2_CHECK(p.w.device() == device && p.w.dtype() == DType::F8E4M3 && p.w.is_contiguous() && p.w.dim() == 2 &&
+                  p.w.size(0) == out * g && p.w.size(1) == in,
+              "linear.w (FP8): expected F8_E4M3 [", out * g, ", ", in, "], got ", dtype_name(p.w.dtype()), " ",
+              shape_str(p.w.shape()));
+  const Shape ws{g, (out + kFp8Block - 1) / kFp8Block, (in + kFp8Block - 1) / kFp8Block};
+  MAGI2_CHECK(p.w_scale.defined() && p.w_scale.device() == device && p.w_scale.dtype() == DType::F32 &&
+                  p.w_scale.is_contiguous() && p.w_scale.shape() == ws,
+              "linear.w_scale: expected F32 ", shape_str(ws), " (one scale per 128 x 128 block), got ",
+              p.w_scale.defined() ? shape_str(p.w_scale.shape()) : std::string("nothing"));
 }
 
 }  // namespace magi2

@@ -20,4 +20,10 @@ const int32_t* check_index_on(Device device, const Tensor& t, int64_t n, const c
 /// Checks that the row groups cover `rows` rows in order (1 to 3 groups). Error names `what`.
 void check_row_groups(const Groups& g, int64_t rows, const char* what);
 
+/// Checks an FP8 linear (LinearParams with w_scale, docs/fp8.md) on `device`:
+/// x [R, in] and y [R, out] bf16 (row-strided ok), W F8E4M3 [G*out, in]
+/// contiguous, w_scale f32 [G, ceil(out / 128), ceil(in / 128)] contiguous, no
+/// bias, groups covering R. One Error naming the operand otherwise.
+void check_linear_fp8(Device device, const LinearParams& p);
+
 }  // namespace magi2

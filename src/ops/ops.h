@@ -66,12 +66,21 @@ struct RmsNormParams {
 /// y's dtype. Spec §4.2, §3.8. Either x, W, y all bf16 (GEMM(bf16)) or x, W, y
 /// all f32 (fp32 GEMM, optional f32 bias [G*out]). x [R, in] (row-strided ok),
 /// W [G*out, in] (modality m = rows [m*out, (m+1)*out)), y [R, out] (row-strided ok).
+///
+/// FP8 (W8A8, `--linear-compute fp8`, docs/fp8.md): W F8E4M3 [G*out, in] with
+/// `w_scale` f32 [G, ceil(out / 128), ceil(in / 128)] (one scale per 128 x 128
+/// block of each modality's [out, in] matrix, w = q * scale), x bf16, y bf16,
+/// no bias. x is quantised per row and 1 x 128 group along `in` (ops/numerics.h
+/// fp8_act_scale / fp8_act_quant, the W8A8 experts' rule) and y = bf16(sum over
+/// K-blocks b of (the fp32 sum of the block's e4m3 x e4m3 products) *
+/// (x_scale_b * w_scale_b)), fp32 accumulation.
 struct LinearParams {
   Tensor x;
   Tensor w;
   Tensor bias;  ///< optional
   Tensor y;
   Groups groups;
+  Tensor w_scale;  ///< FP8 weights only (see above)
 };
 
 /// SwiGLU7 on interleaved pairs (spec §4.3): u [R, 2I] bf16 with g_i = u[2i],

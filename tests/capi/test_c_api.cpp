@@ -54,6 +54,10 @@ TEST(CApi, GeneratesTheCliClipAndCancels) {
   ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_ERR_INVALID);
   EXPECT_NE(std::string(magi2_last_error()).find("--offload"), std::string::npos);
   o.offload = "layerwise";  // accepted on the CPU backend, where it streams nothing
+  o.linear_compute = "int4";  // the CLI's --linear-compute, checked before anything loads
+  ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_ERR_INVALID);
+  EXPECT_NE(std::string(magi2_last_error()).find("--linear-compute"), std::string::npos);
+  o.linear_compute = nullptr;  // unset: bf16
   o.cuda_attention = "fp32";  // ignored on the CPU backend, valid everywhere
   o.text_encoder_device = "cpu";  // the CPU backend, as the CLI's default "auto" on this CPU-only run
   ASSERT_EQ(magi2_engine_create(&o, &e), MAGI2_OK) << magi2_last_error();

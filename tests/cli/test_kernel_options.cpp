@@ -93,8 +93,11 @@ TEST(KernelOptions, EngineOptionsValidateTheChoices) {
 // --attention-compute fp8 (docs/fp8.md) reaches the DiT on the CPU backend
 // (its reference of FP8 attention, any head dim): the flag and its mirror give
 // the same latents, which differ from bf16 attention's and stay finite.
-TEST(KernelOptions, AttentionComputeFp8ReachesTheDitOnTheCpu) {
-  const std::string dir = test::temp_dir("attn-fp8");
+// An FP8 compute flag (`flag fp8`, or `env`=fp8) reaches the DiT on the CPU:
+// the flag and the env give the same latents, which differ from bf16's; a bad
+// value is one error naming the flag.
+void expect_fp8_compute_flag(const std::string& flag, const std::string& env_name, const std::string& what) {
+  const std::string dir = test::temp_dir(what);
   const std::string common = "generate --model builtin:tiny --seconds 1 --width 96 --height 64 "
                              "--num-inference-steps 2 --no-decode --threads 1 --prompt 'A red fox.' --save-latents ";
   // builtin:tiny in a cache folder private to this test; `env`: NAME=value assignments.
@@ -104,9 +107,9 @@ TEST(KernelOptions, AttentionComputeFp8ReachesTheDitOnTheCpu) {
                              &r.out);
     return r;
   };
-  const test::CliRun fp8 = run(common + dir + "/fp8.safetensors --attention-compute fp8");
+  const test::CliRun fp8 = run(common + dir + "/fp8.safetensors " + flag + " fp8");
   ASSERT_EQ(fp8.rc, 0) << fp8.out;
-  const test::CliRun env = run(common + dir + "/env.safetensors", "MAGI2_ATTENTION_COMPUTE=fp8");
+  const test::CliRun env = run(common + dir + "/env.safetensors", env_name + "=fp8");
   ASSERT_EQ(env.rc, 0) << env.out;
   const test::CliRun bf16 = run(common + dir + "/bf16.safetensors");
   ASSERT_EQ(bf16.rc, 0) << bf16.out;
@@ -115,10 +118,18 @@ TEST(KernelOptions, AttentionComputeFp8ReachesTheDitOnTheCpu) {
   const Tensor b = SafetensorsFile::open(dir + "/bf16.safetensors")->tensor("final_latent");
   EXPECT_EQ(test::differing_elements(a, e), 0);
   const test::Diff d = test::compare(a, b);
-  std::printf("  tiny 2-step latents, FP8 attention vs bf16: rel-RMS %.3e\n", d.rel_rms);
+  std::printf("  tiny 2-step latents, %s fp8 vs bf16: rel-RMS %.3e\n", flag.c_str(), d.rel_rms);
   EXPECT_GT(d.rel_rms, 0.0);
   EXPECT_LT(d.rel_rms, 1.5);  // free-running CFG on the random tiny model amplifies differences (docs/parity.md)
-  test::expect_one_line_error(run(common + dir + "/x.safetensors --attention-compute fp16"), "--attention-compute");
+  test::expect_one_line_error(run(common + dir + "/x.safetensors " + flag + " fp16"), flag);
+}
+
+TEST(KernelOptions, AttentionComputeFp8ReachesTheDitOnTheCpu) {
+  expect_fp8_compute_flag("--attention-compute", "MAGI2_ATTENTION_COMPUTE", "attn-fp8");
+}
+
+TEST(KernelOptions, LinearComputeFp8ReachesTheDitOnTheCpu) {
+  expect_fp8_compute_flag("--linear-compute", "MAGI2_LINEAR_COMPUTE", "linear-fp8");
 }
 
 }  // namespace

@@ -162,9 +162,29 @@ OpEntry linear_entry(int64_t t, int64_t in, int64_t out, int groups, bool f32_bi
           }};
 }
 
+// FP8 linear (LinearParams::w_scale, `--linear-compute fp8`): the weight
+// block-quantised on the host per modality, against the CPU's W8A8 reference;
+// the device's blockwise GEMM differs in its fp32 order inside a K-block.
+OpEntry linear_fp8_entry(int64_t t, int64_t in, int64_t out, int groups) {
+  const std::string s = dims({t, in}) + " -> " + std::to_string(out) + " FP8 W8A8" +
+                        (groups == 3 ? ", 3 groups, into a column slice" : "");
+  return {"linear", s, rel_rms(4e-3, 0.05), 2.0 * t * in * out, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            Tensor x = b.in(b.uniform({t, in}, kBf16, -1.7f, 1.7f));
+            const Tensor w = b.uniform({groups, out, in}, kBf16, -0.035f, 0.035f);
+            const Fp8Blocks q = quantize_fp8_blocks(w, "linear.w");
+            Tensor y = groups == 3 ? b.out_cols(t, out + 128, kBf16, 128, 128 + out) : b.out({t, out}, kBf16);
+            const Groups g = groups == 3 ? three_groups(t / 2, t * 6 / 7, t) : Groups::single(t);
+            const LinearParams p{.x = x, .w = b.in(q.q.reshape({groups * out, in})), .y = y, .groups = g,
+                                 .w_scale = b.in(q.scale_inv)};
+            return b.done([&be, p] { be.linear(p); });
+          }};
+}
+
 /// `deferred`: the DiT's call, o without the sink and the lse output (the own
 /// flash kernel under --cuda-attention auto at head dim 128).
-/// `fp8`: AttentionParams::fp8 (deferred too), against the CPU's FP8 reference.
+/// `fp8`: AttentionParams::fp8 (deferred too), against the CPU's FP8 reference (the bounds of
+/// test_cuda_attn_cudnn FlashFp8CloseToCpuReference: Hopper's FP8 accumulation is not fp32-exact).
 OpEntry attention_entry(std::vector<int32_t> cu, int64_t h, int64_t hd, int head_begin, float q_range,
                         bool deferred = false, bool fp8 = false) {
   const int64_t t = cu.back();
@@ -183,7 +203,7 @@ OpEntry attention_entry(std::vector<int32_t> cu, int64_t h, int64_t hd, int head
   // official FA3) against the fp32-P CPU reference: test_cuda_attn_cudnn's bounds (measured on the H200:
   // rel-RMS 1.3-2.2e-3).
   // FP8: the CPU emulates the kernel's rounding points; a rare P lands one e4m3 step away (test_cuda_attn_cudnn).
-  return {"attention", s, fp8 ? rel_rms(4e-3, 0.05) : rel_rms(5e-3, 0.05), flops, [=](Backend& be, uint64_t seed) {
+  return {"attention", s, fp8 ? rel_rms(8e-3, 0.05) : rel_rms(5e-3, 0.05), flops, [=](Backend& be, uint64_t seed) {
             CaseBuilder b(be, seed);
             Tensor q = b.in(b.uniform({t, h, hd}, kBf16, -q_range, q_range));
             Tensor k = b.in(b.uniform({t, h, hd}, kBf16, -1.7f, 1.7f));
@@ -484,6 +504,8 @@ std::vector<OpEntry> backend_op_table() {
   t.push_back(linear_entry(2048, 3072, 3072, 1, false));
   t.push_back(linear_entry(640, 3072, 1536, 3, false));
   t.push_back(linear_entry(200, 5120, 768, 1, true));
+  t.push_back(linear_fp8_entry(512, 3072, 1024, 1));
+  t.push_back(linear_fp8_entry(640, 1280, 3072, 3));
 
   // swiglu7 and gate: the exp is the one operation not IEEE-exact on both sides: a handful of 1-ulp outputs allowed.
   t.push_back({"swiglu7", "2048x16384 -> 2048x8192, beyond the +-7 clamps", exact(3), 0, [](Backend& be, uint64_t s) {

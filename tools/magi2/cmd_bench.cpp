@@ -44,6 +44,7 @@ struct BenchArgs {
   std::string stage = "step", model, write_random;
   std::string fp8_compute = "w8a16";  ///< --fp8-compute: how the FP8 experts compute (w8a16 | w8a8)
   std::string attention_compute = "bf16";  ///< --attention-compute: the DiT's attention in bf16 or fp8
+  std::string linear_compute = "bf16";     ///< --linear-compute: the DiT's dense linears in bf16 or fp8 (W8A8)
   std::string offload = "none";       ///< --offload: none | layerwise (the layers streamed from pinned host memory)
   int64_t moe_max_rows = CudaOptions::kDefaultMoeMaxRows;  ///< --moe-max-rows: routed rows per grouped-GEMM pass
   int layers = 0, steps = 5, warmup = 1;
@@ -190,7 +191,8 @@ BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend
   const auto t_up = clock_t_::now();
   BenchWeights out;
   host.fp8_compute = fp8_compute_from_name(a.fp8_compute, "--fp8-compute");
-  host.fp8_attention = fp8_attention_from_name(a.attention_compute, "--attention-compute");
+  host.fp8_attention = fp8_from_compute_name(a.attention_compute, "--attention-compute");
+  if (fp8_from_compute_name(a.linear_compute, "--linear-compute")) host.quantize_linears();
   if (be.device() != Device::CPU && offload_from_name(a.offload, "--offload") == Offload::Layerwise)
     out.offload = std::make_unique<DitOffload>(host, be, copy_queue_for(be));
   else
@@ -200,6 +202,7 @@ BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend
   out.info = {{"weights", fp8 ? "fp8-experts" : "bf16"},
               {"fp8_compute", fp8 ? a.fp8_compute : "none"},
               {"attention_compute", a.attention_compute},
+              {"linear_compute", a.linear_compute},
               {"expert_banks", a.full_model ? "distinct FP8 banks per MoE layer, drawn on the device"
                                : fp8 ? "one FP8 bank (128x128 block scales) shared by every MoE layer"
                                      : "one bf16 bank shared by every MoE layer (bf16 banks of all layers do not fit)"},
@@ -591,6 +594,7 @@ Command bench_command() {
         ->envname("MAGI2_BENCH_FULL_MODEL");
     add_fp8_compute_option(s, a.fp8_compute);
     add_attention_compute_option(s, a.attention_compute);
+    add_linear_compute_option(s, a.linear_compute);
     add_offload_option(s, a.offload);
     return s;
   }, run_bench);

@@ -24,7 +24,7 @@ struct ForwardArgs {
   std::string config, transformer, inputs, prefix, routing_override, output;
   int threads = 0;
   std::string device = "cpu", weights = "auto", router_bias = "ema", cuda_attention = "auto";
-  std::string fp8_compute = "w8a16", attention_compute = "bf16";
+  std::string fp8_compute = "w8a16", attention_compute = "bf16", linear_compute = "bf16";
 };
 
 Tensor input(const SafetensorsFile& f, const std::string& name) {
@@ -56,7 +56,8 @@ int run_forward(const ForwardArgs& a) {
   }
   dit.weights.router_bias_from_ema = router_bias_from_ema(a.router_bias, "--router-bias");
   dit.weights.fp8_compute = fp8_compute_from_name(a.fp8_compute, "--fp8-compute");
-  dit.weights.fp8_attention = fp8_attention_from_name(a.attention_compute, "--attention-compute");
+  dit.weights.fp8_attention = fp8_from_compute_name(a.attention_compute, "--attention-compute");
+  if (fp8_from_compute_name(a.linear_compute, "--linear-compute")) dit.weights.quantize_linears();
   auto be = make_backend_for(a.device, a.threads, {.attention = a.cuda_attention});
   const DitWeights w = be->device() == Device::CPU ? dit.weights : dit.weights.to_backend(*be);
   Dit model(dit.config.arch, w, *be);
@@ -102,6 +103,7 @@ Command forward_command() {
     add_cuda_attention_option(s, a.cuda_attention);
     add_fp8_compute_option(s, a.fp8_compute);
     add_attention_compute_option(s, a.attention_compute);
+    add_linear_compute_option(s, a.linear_compute);
     return s;
   }, run_forward);
 }

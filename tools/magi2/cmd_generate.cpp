@@ -54,7 +54,7 @@ struct GenerateArgs {
   int threads = 0;
   std::string device = "auto", weights = "auto", router_bias = "ema", cuda_attention = "auto";
   int64_t moe_max_rows = CudaOptions::kDefaultMoeMaxRows;  ///< --moe-max-rows
-  std::string fp8_compute = "w8a16", attention_compute = "bf16";
+  std::string fp8_compute = "w8a16", attention_compute = "bf16", linear_compute = "bf16";
   std::string offload = "none";
   bool enhance_prompt = false;
   std::string save_prompt;
@@ -155,6 +155,7 @@ int run_generate(const GenerateArgs& a) {
   ec.cuda.moe_max_rows = a.moe_max_rows;
   ec.fp8_compute = a.fp8_compute;
   ec.attention_compute = a.attention_compute;
+  ec.linear_compute = a.linear_compute;
   ec.offload = a.offload;
   if (a.enhance_prompt) {
     ec.prompt_enhancement = pe_endpoint(a.pe);
@@ -373,6 +374,7 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
     add_decoder_device_option(s, a.decoder_device);
     add_fp8_compute_option(s, a.fp8_compute);
     add_attention_compute_option(s, a.attention_compute);
+    add_linear_compute_option(s, a.linear_compute);
     add_offload_option(s, a.offload);
     s->add_flag("--enhance-prompt", a.enhance_prompt,
                 "rewrite the prompt into the structured caption through an OpenAI-compatible endpoint (--pe-*)")

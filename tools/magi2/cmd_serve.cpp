@@ -132,6 +132,7 @@ Command serve_command() {
     add_decoder_device_option(s, a.engine.decoder_device);
     add_fp8_compute_option(s, a.engine.fp8_compute);
     add_attention_compute_option(s, a.engine.attention_compute);
+    add_linear_compute_option(s, a.engine.linear_compute);
     add_offload_option(s, a.engine.offload);
     s->add_option("--host", a.server.host, "address to listen on")->envname("MAGI2_HOST")->capture_default_str();
     s->add_option("--port", a.server.port, "port to listen on, 0..65535 (0: any free one, printed at start)")

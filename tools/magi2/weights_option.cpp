@@ -62,9 +62,18 @@ CLI::Option* add_fp8_compute_option(CLI::App* app, std::string& dst) {
 CLI::Option* add_attention_compute_option(CLI::App* app, std::string& dst) {
   return add_choice(app, "--attention-compute", dst,
                     "how the DiT's self-attention computes: bf16 (the official rounding points) or fp8 (e4m3 Q, K, V "
-                    "and P, bf16 output: an experiment, ~5 % rel-RMS per call on random inputs, docs/fp8.md; CUDA "
+                    "and P, bf16 output: an experiment, 5-9 % rel-RMS per call on random inputs, docs/fp8.md; CUDA "
                     "needs head dim 128)",
                     {"bf16", "fp8"}, "MAGI2_ATTENTION_COMPUTE");
+}
+
+CLI::Option* add_linear_compute_option(CLI::App* app, std::string& dst) {
+  return add_choice(app, "--linear-compute", dst,
+                    "how the DiT's dense linears (attention, MoE split/merge, shared experts, dense MLP; not the "
+                    "output gate) compute: bf16 (the official rounding points) or fp8 (W8A8: weights quantised at "
+                    "load with 128 x 128 block scales, activations per 1 x 128 group: an experiment, docs/fp8.md; "
+                    "CUDA needs widths that are multiples of 128)",
+                    {"bf16", "fp8"}, "MAGI2_LINEAR_COMPUTE");
 }
 
 CLI::Option* add_moe_max_rows_option(CLI::App* app, int64_t& dst) {

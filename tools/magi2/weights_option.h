@@ -55,6 +55,11 @@ CLI::Option* add_fp8_compute_option(CLI::App* app, std::string& dst);
 /// values are refused at parse time.
 CLI::Option* add_attention_compute_option(CLI::App* app, std::string& dst);
 
+/// Adds `--linear-compute bf16|fp8` (env MAGI2_LINEAR_COMPUTE) writing to `dst`
+/// (EngineOptions::linear_compute, DitWeights::quantize_linears); other values
+/// are refused at parse time.
+CLI::Option* add_linear_compute_option(CLI::App* app, std::string& dst);
+
 /// Adds `--offload none|layerwise` (env MAGI2_OFFLOAD) writing to `dst`
 /// (EngineOptions::offload, DitOffload); other values are refused at parse time.
 CLI::Option* add_offload_option(CLI::App* app, std::string& dst);

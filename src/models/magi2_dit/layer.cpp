@@ -55,7 +55,7 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
   be_.mark("attn.proj");
   be_.rms_norm({.x = a, .w = L.attn_pre_norm, .y = ws.xn, .groups = g});
   be_.linear({.x = ws.xn, .w = L.linear_g, .y = ws.g, .groups = g});
-  be_.linear({.x = ws.xn, .w = L.linear_qkv, .y = ws.qkv, .groups = g});
+  be_.linear({.x = ws.xn, .w = L.linear_qkv, .y = ws.qkv, .groups = g, .w_scale = L.linear_qkv_scale});
   be_.mark("attn.glue");
   // Per-head q/k RMSNorm, RoPE and the un-permute to token order, v gathered (spec §6 steps 4-6).
   be_.attn_qkv({.qkv = ws.qkv, .q_norm = L.q_norm, .k_norm = L.k_norm, .table = ws.rope, .src_rows = ws.inv,
@@ -74,7 +74,7 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
   be_.mark("attn.glue");
   be_.attn_out({.o = ws.o, .lse = ws.lse, .sinks = L.sinks, .g = ws.g, .src_rows = ws.perm, .out = ws.o_p});
   be_.mark("attn.proj");
-  be_.linear({.x = ws.o_p.reshape({n, d}), .w = L.linear_proj, .y = out, .groups = g});
+  be_.linear({.x = ws.o_p.reshape({n, d}), .w = L.linear_proj, .y = out, .groups = g, .w_scale = L.linear_proj_scale});
 }
 
 void Dit::dense_mlp(int l, const Tensor& a, const Tensor& out) {
@@ -82,9 +82,9 @@ void Dit::dense_mlp(int l, const Tensor& a, const Tensor& out) {
   const DitLayerWeights& L = w_.layers[l];
   be_.mark("dense_mlp");
   be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3});
-  be_.linear({.x = ws.xn, .w = L.up_gate_proj, .y = ws.u, .groups = ws.groups3});
+  be_.linear({.x = ws.xn, .w = L.up_gate_proj, .y = ws.u, .groups = ws.groups3, .w_scale = L.up_gate_proj_scale});
   be_.swiglu7({.u = ws.u, .z = ws.z});
-  be_.linear({.x = ws.z, .w = L.down_proj, .y = out, .groups = ws.groups3});
+  be_.linear({.x = ws.z, .w = L.down_proj, .y = out, .groups = ws.groups3, .w_scale = L.down_proj_scale});
 }
 
 void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& opt) {
@@ -98,7 +98,7 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
 
   be_.mark("moe.split_merge");
   be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3});
-  be_.linear({.x = ws.xn, .w = L.split_linear, .y = ws.r, .groups = ws.groups1});
+  be_.linear({.x = ws.xn, .w = L.split_linear, .y = ws.r, .groups = ws.groups1, .w_scale = L.split_linear_scale});
   if (opt.dump) dump(opt, p + "moe_x_heads", ws.r);
 
   Tensor forced;
@@ -135,16 +135,21 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
                    .weight = ws.topk_w, .out = ws.routed, .num_heads = mh, .num_experts = ne, .top_k = k,
                    .fp8_compute = w_.fp8_compute});
   be_.mark("moe.split_merge");
-  be_.linear({.x = ws.routed, .w = L.merge_linear, .y = ws.merged, .groups = ws.groups1});
+  be_.linear({.x = ws.routed, .w = L.merge_linear, .y = ws.merged, .groups = ws.groups1,
+              .w_scale = L.merge_linear_scale});
 
   // Shared + modality-specific shared experts (spec §8.1): SwiGLU7 pairs never
   // cross the boundary between the two fc1 outputs.
   be_.mark("moe.shared_experts");
-  be_.linear({.x = ws.xn, .w = L.shared_fc1, .y = ws.su.slice_cols(0, 2 * ish), .groups = ws.groups1});
-  be_.linear({.x = ws.xn, .w = L.msh_fc1, .y = ws.su.slice_cols(2 * ish, 2 * ish + 2 * im), .groups = ws.groups3});
+  be_.linear({.x = ws.xn, .w = L.shared_fc1, .y = ws.su.slice_cols(0, 2 * ish), .groups = ws.groups1,
+              .w_scale = L.shared_fc1_scale});
+  be_.linear({.x = ws.xn, .w = L.msh_fc1, .y = ws.su.slice_cols(2 * ish, 2 * ish + 2 * im), .groups = ws.groups3,
+              .w_scale = L.msh_fc1_scale});
   be_.swiglu7({.u = ws.su, .z = ws.sz});
-  be_.linear({.x = ws.sz.slice_cols(0, ish), .w = L.shared_fc2, .y = ws.s2, .groups = ws.groups1});
-  be_.linear({.x = ws.sz.slice_cols(ish, ish + im), .w = L.msh_fc2, .y = ws.m2, .groups = ws.groups3});
+  be_.linear({.x = ws.sz.slice_cols(0, ish), .w = L.shared_fc2, .y = ws.s2, .groups = ws.groups1,
+              .w_scale = L.shared_fc2_scale});
+  be_.linear({.x = ws.sz.slice_cols(ish, ish + im), .w = L.msh_fc2, .y = ws.m2, .groups = ws.groups3,
+              .w_scale = L.msh_fc2_scale});
   be_.add({.a = ws.s2, .b = ws.m2, .out = ws.s2});
   be_.add({.a = ws.merged, .b = ws.s2, .out = out});
 }

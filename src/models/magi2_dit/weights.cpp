@@ -116,7 +116,7 @@ Fp8Compute fp8_compute_from_name(const std::string& s, const std::string& flag) 
   throw Error(str_cat(flag, " must be w8a16 or w8a8, got '", s, "'"));
 }
 
-bool fp8_attention_from_name(const std::string& s, const std::string& flag) {
+bool fp8_from_compute_name(const std::string& s, const std::string& flag) {
   if (s == "bf16") return false;
   if (s == "fp8") return true;
   throw Error(str_cat(flag, " must be bf16 or fp8, got '", s, "'"));
@@ -196,6 +196,29 @@ void DitWeights::dequantize_experts() {
     scale = Tensor();
   });
   recount(*this);
+}
+
+void DitWeights::quantize_linears() {
+  for (DitLayerWeights& L : layers)
+    for_each_fp8_linear(L, [&](const char* name, Tensor& t, Tensor& scale, int groups) {
+      if (!t.defined() || t.dtype() == DType::F8E4M3) return;
+      const std::string what = str_cat("layer ", L.index, " ", name);
+      MAGI2_CHECK(t.device() == Device::CPU, "quantising ", what, " to FP8: the weights must be on the host");
+      MAGI2_CHECK(t.dim() == 2 && t.size(0) % groups == 0, what, ": expected [", groups, " x out, in], got ",
+                  shape_str(t.shape()));
+      // Per modality: no 128 x 128 block spans two modalities' rows.
+      const Shape s3{groups, t.size(0) / groups, t.size(1)};
+      Fp8Blocks b = quantize_fp8_blocks(t.reshape(s3), what);
+      t = b.q.reshape(t.shape());
+      scale = b.scale_inv;
+    });
+  recount(*this);
+}
+
+bool DitWeights::fp8_linears() const {
+  for (const DitLayerWeights& L : layers)
+    if (L.linear_qkv.defined()) return L.linear_qkv.dtype() == DType::F8E4M3;
+  return false;
 }
 
 bool DitWeights::fp8_experts() const {

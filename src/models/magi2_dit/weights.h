@@ -35,10 +35,10 @@ bool router_bias_from_ema(const std::string& s, const std::string& flag);
 /// "w8a16" or "w8a8". Error naming `flag` and the value otherwise.
 Fp8Compute fp8_compute_from_name(const std::string& s, const std::string& flag);
 
-/// Parses the `--attention-compute` value (DitWeights::fp8_attention,
-/// docs/fp8.md): false for "bf16", true for "fp8". Error naming `flag` and
-/// the value otherwise.
-bool fp8_attention_from_name(const std::string& s, const std::string& flag);
+/// Parses a `--attention-compute` or `--linear-compute` value
+/// (DitWeights::fp8_attention, DitWeights::quantize_linears; docs/fp8.md):
+/// false for "bf16", true for "fp8". Error naming `flag` and the value otherwise.
+bool fp8_from_compute_name(const std::string& s, const std::string& flag);
 
 /// One expected tensor: official name, shape and parameter dtype.
 struct DitTensorSpec {
@@ -83,7 +83,31 @@ struct DitLayerWeights {
   Tensor expert_bias_ema;             ///< router.expert_bias_ema [MH*E] f32 (used for selection)
   Tensor shared_fc1, shared_fc2;      ///< [2*Ish, D], [D, Ish] bf16
   Tensor msh_fc1, msh_fc2;            ///< modality_specific_shared_expert_fc1/fc2: [3*2*Im, D], [3*D, Im] bf16
+  /// FP8 linears (`--linear-compute fp8`, DitWeights::quantize_linears): the
+  /// linear's weight is then F8E4M3 and this its LinearParams::w_scale
+  /// [G, ceil(out/128), ceil(in/128)] f32; undefined for bf16. linear_g stays bf16.
+  Tensor linear_qkv_scale, linear_proj_scale, up_gate_proj_scale, down_proj_scale, split_linear_scale,
+      merge_linear_scale, shared_fc1_scale, shared_fc2_scale, msh_fc1_scale, msh_fc2_scale;
 };
+
+/// Calls f(label, weight&, scale&, groups) for each linear of a layer that
+/// `--linear-compute fp8` quantises (every dense linear but linear_g, whose 24
+/// outputs per modality are one gate per head), where the layer has it;
+/// `groups` is the weight's modality count G (weight [G*out, in]).
+template <typename F>
+void for_each_fp8_linear(DitLayerWeights& L, F&& f) {
+  const int g = L.mm ? 3 : 1;
+  f("linear_qkv", L.linear_qkv, L.linear_qkv_scale, g);
+  f("linear_proj", L.linear_proj, L.linear_proj_scale, g);
+  f("up_gate_proj", L.up_gate_proj, L.up_gate_proj_scale, 3);
+  f("down_proj", L.down_proj, L.down_proj_scale, 3);
+  f("split_linear", L.split_linear, L.split_linear_scale, 1);
+  f("merge_linear", L.merge_linear, L.merge_linear_scale, 1);
+  f("shared_expert_fc1", L.shared_fc1, L.shared_fc1_scale, 1);
+  f("shared_expert_fc2", L.shared_fc2, L.shared_fc2_scale, 1);
+  f("modality_specific_shared_expert_fc1", L.msh_fc1, L.msh_fc1_scale, 3);
+  f("modality_specific_shared_expert_fc2", L.msh_fc2, L.msh_fc2_scale, 3);
+}
 
 /// Calls f(label, tensor&) for every tensor member of one layer, in module
 /// order (the per-layer part of DitWeights::for_each_tensor).
@@ -112,8 +136,17 @@ struct DitWeights {
   Fp8Compute fp8_compute = Fp8Compute::W8A16;
   /// The self-attention in FP8 (AttentionParams::fp8; an experiment, docs/fp8.md):
   /// both backends. Front ends set it from --attention-compute
-  /// (fp8_attention_from_name, EngineOptions::attention_compute).
+  /// (fp8_from_compute_name, EngineOptions::attention_compute).
   bool fp8_attention = false;
+
+  /// Quantises every dense linear of for_each_fp8_linear to FP8 (W8A8 at run
+  /// time: LinearParams::w_scale; `--linear-compute fp8`, docs/fp8.md): per
+  /// modality, 128 x 128 block scales (quantize_fp8_blocks), in place; CPU
+  /// tensors only (Error otherwise, or naming the linear with a non-finite
+  /// value). No-op for linears already FP8.
+  void quantize_linears();
+  /// Whether the dense linears are FP8 (quantize_linears ran).
+  bool fp8_linears() const;
 
   /// Binds every official tensor of `arch` from `ckpt` (zero-copy where the
   /// on-disk dtype is the parameter dtype, else an explicit converted copy).
@@ -179,7 +212,10 @@ void for_each_layer_tensor(DitLayerWeights& L, F&& f) {
   Tensor* ts[] = {&L.mhc_norm, &L.phi_attn, &L.phi_mlp, &L.attn_pre_norm, &L.linear_g, &L.linear_qkv,
                   &L.linear_proj, &L.sinks, &L.q_norm, &L.k_norm, &L.mlp_pre_norm, &L.up_gate_proj, &L.down_proj,
                   &L.split_linear, &L.merge_linear, &L.router_gate, &L.w_gate, &L.w_up, &L.w_down,
-                  &L.w_gate_scale, &L.w_up_scale, &L.w_down_scale, &L.expert_bias, &L.expert_bias_ema, &L.shared_fc1, &L.shared_fc2, &L.msh_fc1, &L.msh_fc2};
+                  &L.w_gate_scale, &L.w_up_scale, &L.w_down_scale, &L.expert_bias, &L.expert_bias_ema, &L.shared_fc1, &L.shared_fc2, &L.msh_fc1, &L.msh_fc2,
+                  &L.linear_qkv_scale, &L.linear_proj_scale, &L.up_gate_proj_scale, &L.down_proj_scale,
+                  &L.split_linear_scale, &L.merge_linear_scale, &L.shared_fc1_scale, &L.shared_fc2_scale,
+                  &L.msh_fc1_scale, &L.msh_fc2_scale};
   for (Tensor* t : ts) f("layer", *t);
   for (MhcBranchWeights* m : {&L.mhc_attn, &L.mhc_mlp})
     for (Tensor* t : {&m->alpha_pre, &m->alpha_post, &m->alpha_res, &m->bias_pre, &m->bias_post, &m->bias_res})

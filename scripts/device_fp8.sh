@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Device check of the opt-in FP8 paths (docs/fp8.md): FP8 attention
+# (--attention-compute fp8) and FP8 linears (--linear-compute fp8), on the H200.
+# Run inside a bundle made with
+#   bash scripts/cuda_bundle.sh build-dev build-dfp8 magi2 bench_attention $(cd tests/cuda && ls test_cuda_*.cpp | sed 's/\.cpp$//')
+#   cp scripts/device_fp8.sh build-dfp8/
+#   (golden: copy ../shared/golden/{dit_tiny,qwen35_text_tiny,sa_audio_vae_tiny,turbo_vae_tiny,
+#    wan22_vae_encoder_tiny} to build-dfp8/golden, tests/fixtures/. to build-dfp8/fixtures)
+# then, with the device tool: run(carry=[...the bundle...], command="bash build-dfp8/device_fp8.sh PHASE").
+# PHASE: check (parity tests, the op table, bench_attention --fp8, the 272p step with each FP8 option;
+#   ~3 min), full (bench_attention --fp8, then the whole 114B model in FP8 at 272p
+#   and 540p with --attention-compute fp8 (LIN=1: and --linear-compute fp8) and without; needs an
+#   H200, ~8 min), tests (every other CUDA test binary, ~1 min).
+# Logs go to $OUT (the device tool's result folder; /tmp/fp8-out elsewhere). Each step has its own
+# timeout, so a hung kernel costs only its step.
+set -u
+phase=${1:-check}
+out=${OUT:-/tmp/fp8-out}
+mkdir -p "$out"
+cd "$(dirname "$0")"
+[ -d golden ] && export MAGI2_GOLDEN_DIR=$PWD/golden
+[ -d fixtures ] && export MAGI2_FIXTURE_DIR=$PWD/fixtures
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader
+rc=0
+step() {  # name, timeout, command...
+  local name=$1 lim=$2 t0
+  shift 2
+  t0=$(date +%s)
+  timeout "$lim" ./run.sh "$@" > "$out/$name.log" 2>&1
+  local r=$?
+  [ $r -eq 0 ] || rc=1
+  echo "== $name rc=$r $(( $(date +%s) - t0 ))s"
+}
+summary() { grep -E '^\[  PASSED|^\[  FAILED|Failure|Expected|Which is|rror' "$out/$1.log" | head -${2:-12}; }
+bench_lines() { grep -E "^bench|step|attn.core|attn.proj|shared|split|dense|routed|ceiling|peak" "$out/$1.log" | head -${2:-14}; }
+case $phase in
+  check)
+    step attn 150 ./test_cuda_attn_cudnn --gtest_filter='*Flash*'
+    grep -E "FP8 flash" "$out/attn.log" | head -10; summary attn
+    step ops 240 ./test_cuda_backend_ops
+    grep -E "attention|linear|entries" "$out/ops.log" | head -20
+    step bench_attn 150 ./bench_attention --fp8 --reps 5
+    grep -E "^\||FP8|vs the|GPU|^272p|^540p" "$out/bench_attn.log" | grep -v "producer kernel\|consumer kernel" | head -30
+    b="./magi2 bench --resolutions 272p --steps 2 --warmup 1"
+    step step_bf16 120 $b; bench_lines step_bf16
+    step step_attn8 120 $b --attention-compute fp8; bench_lines step_attn8 6
+    step step_lin8 120 $b --linear-compute fp8; bench_lines step_lin8
+    ;;
+  full)
+    # The FP8 attention bench first (short), then the whole model with and without it.
+    step bench_attn 90 ./bench_attention --fp8 --reps 3
+    grep -E "FP8|bf16 flash|GPU|^272p|^540p" "$out/bench_attn.log" | head -16
+    b="./magi2 bench --weights fp8-experts --full-model --resolutions ${RES:-272p,540p} --steps 2 --warmup 1"
+    step full_fp8 ${T1:-200} $b --attention-compute fp8 ${LIN:+--linear-compute fp8}; bench_lines full_fp8 30
+    step full_base ${T2:-150} $b; bench_lines full_base 30
+    ;;
+  tests)
+    for t in test_cuda_moe_grouped test_cuda_fused test_cuda_mhc_moe test_cuda_fp8_experts test_cuda_fp8_w8a8 \
+             test_cuda_dit_step test_cuda_attention test_cuda_backend test_cuda_conv_slices test_cuda_decoders \
+             test_cuda_upload test_cuda_residency test_cuda_offload test_cuda_refiner test_cuda_text_encoder; do
+      [ -x "./$t" ] || continue
+      step "$t" 150 "./$t"; summary "$t" 6
+    done
+    ;;
+  *) echo "device_fp8.sh: PHASE must be check, full or tests, got '$phase'" >&2; exit 2 ;;
+esac
+exit $rc
