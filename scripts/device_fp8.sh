@@ -10,7 +10,8 @@
 # PHASE: check (parity tests, the op table, bench_attention --fp8, the 272p step with each FP8 option;
 #   ~3 min), full (bench_attention --fp8, then the whole 114B model in FP8 at 272p
 #   and 540p with --attention-compute fp8 (LIN=1: and --linear-compute fp8) and without; needs an
-#   H200, ~8 min), tests (every other CUDA test binary, ~1 min).
+#   H200, ~8 min), lin (the op table, then the 272p step in bf16 and with FP8 linears on cuBLASLt and
+#   on CUTLASS; ~4 min), tests (every other CUDA test binary, ~1 min).
 # Logs go to $OUT (the device tool's result folder; /tmp/fp8-out elsewhere). Each step has its own
 # timeout, so a hung kernel costs only its step.
 set -u
@@ -54,6 +55,16 @@ case $phase in
     step full_fp8 ${T1:-200} $b --attention-compute fp8 ${LIN:+--linear-compute fp8}; bench_lines full_fp8 30
     step full_base ${T2:-150} $b; bench_lines full_base 30
     ;;
+  lin)
+    # FP8 linears: the op table (cuBLASLt's block-scaled path against the CPU), then the 272p step
+    # in bf16, with FP8 linears on cuBLASLt (the default) and on the CUTLASS fallback.
+    step ops 240 ./test_cuda_backend_ops
+    grep -E "linear|entries" "$out/ops.log" | head -20
+    b="./magi2 bench --resolutions 272p --steps 2 --warmup 1"
+    step step_bf16 120 $b; bench_lines step_bf16
+    step step_lin8 120 $b --linear-compute fp8; bench_lines step_lin8
+    step step_lin8_cutlass 120 env MAGI2_FP8_LINEAR_GEMM=cutlass $b --linear-compute fp8; bench_lines step_lin8_cutlass
+    ;;
   tests)
     for t in test_cuda_moe_grouped test_cuda_fused test_cuda_mhc_moe test_cuda_fp8_experts test_cuda_fp8_w8a8 \
              test_cuda_dit_step test_cuda_attention test_cuda_backend test_cuda_conv_slices test_cuda_decoders \
@@ -62,6 +73,6 @@ case $phase in
       step "$t" 150 "./$t"; summary "$t" 6
     done
     ;;
-  *) echo "device_fp8.sh: PHASE must be check, full or tests, got '$phase'" >&2; exit 2 ;;
+  *) echo "device_fp8.sh: PHASE must be check, full, lin or tests, got '$phase'" >&2; exit 2 ;;
 esac
 exit $rc

@@ -9,6 +9,7 @@
 #include <cublasLt.h>
 
 #include "cuda/cuda_common.h"
+#include "cuda/env_choice.h"
 #include "cuda/linear_fp8.h"
 #include "ops/numerics.h"
 #include "ops/op_checks.h"
@@ -53,6 +54,17 @@ struct MatmulDesc {
     MAGI2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     MAGI2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   }
+  // FP8 block scaling: A (the weights) per 128 x 128 block, B (the activations)
+  // per 1 x 128 group, both fp32 multipliers (DeepSeek-V3's weight_scale_inv).
+  MatmulDesc(const float* a_scale, const float* b_scale) : MatmulDesc() {
+    const int32_t am = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, bm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    MAGI2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(h, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am, sizeof(am)));
+    MAGI2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(h, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm, sizeof(bm)));
+    MAGI2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(h, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale,
+                                                      sizeof(a_scale)));
+    MAGI2_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(h, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale,
+                                                      sizeof(b_scale)));
+  }
   ~MatmulDesc() { cublasLtMatmulDescDestroy(h); }
   MatmulDesc(const MatmulDesc&) = delete;
   MatmulDesc& operator=(const MatmulDesc&) = delete;
@@ -61,7 +73,7 @@ struct MatmulDesc {
 }  // namespace
 
 LinearRunner::LinearRunner(void* workspace, size_t workspace_bytes, DeviceAlloc alloc)
-    : workspace_(workspace), workspace_bytes_(workspace_bytes), alloc_(alloc), act8_(std::move(alloc)) {
+    : workspace_(workspace), workspace_bytes_(workspace_bytes), alloc_(alloc), act8_(alloc), wsc8_(std::move(alloc)) {
   cublasLtHandle_t h = nullptr;
   MAGI2_CUBLAS_CHECK(cublasLtCreate(&h));
   handle_ = h;
@@ -111,29 +123,58 @@ void LinearRunner::gemm(const Tensor& x, const Tensor& w, const Tensor& y, int64
                                     workspace_bytes_, s));
 }
 
-void LinearRunner::run_fp8(const LinearParams& p, cudaStream_t s) {
-  check_linear_fp8(Device::CUDA, p);
+std::shared_ptr<void> LinearRunner::fp8_lt_algo(int64_t rows, int64_t in, int64_t out, const void* y,
+                                                int64_t ldy) {
+  Layout a(CUDA_R_8F_E4M3, in, out, in), b(CUDA_R_8F_E4M3, in, rows, in), c(CUDA_R_16BF, out, rows, ldy);
+  MatmulDesc desc(nullptr, nullptr);
+  cublasLtMatmulPreference_t pref = nullptr;
+  MAGI2_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const uint64_t ws = workspace_bytes_;
+  const uint32_t al_c = alignment_of(y);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_c, sizeof(al_c));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c, sizeof(al_c));
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), desc.h, a.h, b.h,
+                                                           c.h, c.h, pref, 1, &res, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) return nullptr;  // the caller falls back to CUTLASS
+  return std::make_shared<cublasLtMatmulAlgo_t>(res.algo);
+}
+
+void LinearRunner::fp8_lt_gemm(const void* algo, const uint8_t* xq, const float* xs, const void* w,
+                               const float* ws, void* y, int64_t rows, int64_t in, int64_t out, int64_t ldy,
+                               cudaStream_t s) {
+  Layout a(CUDA_R_8F_E4M3, in, out, in), b(CUDA_R_8F_E4M3, in, rows, in), c(CUDA_R_16BF, out, rows, ldy);
+  MatmulDesc desc(ws, xs);
+  const float alpha = 1.f, beta = 0.f;
+  MAGI2_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), desc.h, &alpha, w, a.h, xq, b.h, &beta,
+                                    y, c.h, y, c.h, static_cast<const cublasLtMatmulAlgo_t*>(algo), workspace_,
+                                    workspace_bytes_, s));
+}
+
+LinearRunner::Fp8Plan& LinearRunner::fp8_plan(const LinearParams& p, cudaStream_t s) {
   const int64_t rows = p.x.size(0), in = p.x.size(1), out = p.y.size(1);
-  MAGI2_CHECK(in % kFp8Block == 0 && out % kFp8Block == 0, "CUDA backend: linear (FP8) needs in and out multiples of ",
-              kFp8Block, ", got [", in, " -> ", out, "] (the CPU backend takes any width)");
-  MAGI2_CHECK(MAGI2_HAVE_CUTLASS, "CUDA backend: linear (FP8) needs the CUTLASS headers at build time");
-  MAGI2_CHECK(reinterpret_cast<uintptr_t>(p.y.data()) % 16 == 0 && p.y.row_stride() % 8 == 0,
-              "CUDA backend: linear (FP8): y must be 16-byte aligned with a row stride of a multiple of 8");
-  if (rows == 0) return;
-  // x -> e4m3 rows + scales (256-byte aligned halves of one scratch).
-  const int64_t kb = in / kFp8Block;
-  const size_t q_bytes = (static_cast<size_t>(rows * in) + 255) / 256 * 256;
-  char* buf = static_cast<char*>(act8_.get(q_bytes + static_cast<size_t>(rows * kb) * 4, s, "linear (FP8)"));
-  auto* xq = reinterpret_cast<uint8_t*>(buf);
-  auto* xs = reinterpret_cast<float*>(buf + q_bytes);
-  quantize_rows_fp8(p.x.data_as<uint16_t>(), p.x.row_stride(), rows, in, xq, xs, s);
   const Groups& g = p.groups;
   const Fp8Key key{out, in, p.y.row_stride(), g.cu[0], g.cu[1], g.cu[2], g.cu[3]};
   auto it = fp8_plans_.find(key);
-  if (it == fp8_plans_.end()) {
-    check_not_capturing(s, "linear (FP8): no GEMM planned for [", rows, " x ", in, "] -> ", out,
-                        "; run one eager forward at this shape before capturing a CUDA graph");
-    Fp8Plan plan;
+  if (it != fp8_plans_.end()) return it->second;
+  check_not_capturing(s, "linear (FP8): no GEMM planned for [", rows, " x ", in, "] -> ", out,
+                      "; run one eager forward at this shape before capturing a CUDA graph");
+  Fp8Plan plan;
+  // cuBLASLt's block-scaled FP8 by default (library first); CUTLASS where it
+  // has no algorithm or when asked for (MAGI2_FP8_LINEAR_GEMM, a measurement knob).
+  plan.lt = env_choice("MAGI2_FP8_LINEAR_GEMM", {"cublaslt", "cutlass"}) != 1;
+  for (int i = 0; plan.lt && i < g.count; ++i) {
+    const int64_t r0 = g.cu[i], r1 = g.cu[i + 1];
+    if (r0 == r1) continue;
+    plan.lt_algo[i] = fp8_lt_algo(r1 - r0, in, out, p.y.slice_rows(r0, r1).data(), p.y.row_stride());
+    plan.lt = plan.lt_algo[i] != nullptr;
+  }
+  if (!plan.lt) {
+    MAGI2_CHECK(MAGI2_HAVE_CUTLASS, "CUDA backend: linear (FP8): cuBLASLt has no block-scaled FP8 algorithm for [",
+                rows, " x ", in, "] -> ", out, " and the build has no CUTLASS headers");
 #if MAGI2_HAVE_CUTLASS
     plan.gemm = make_fp8_linear_gemm_bf16({.experts = g.count, .parts = 1, .n = out, .k = in, .lda = in,
                                            .ldd = p.y.row_stride()},
@@ -144,11 +185,67 @@ void LinearRunner::run_fp8(const LinearParams& p, cudaStream_t s) {
     plan.offsets = alloc_(sizeof(cu));
     MAGI2_CUDA_CHECK(cudaMemcpyAsync(plan.offsets.get(), cu, sizeof(cu), cudaMemcpyHostToDevice, s));
     MAGI2_CUDA_CHECK(cudaStreamSynchronize(s));  // `cu` lives on this stack frame
-    it = fp8_plans_.emplace(key, std::move(plan)).first;
   }
-  const void* b[1] = {p.w.data()};
-  const float* sb[1] = {p.w_scale.data_as<float>()};
-  it->second.gemm->run(static_cast<const int32_t*>(it->second.offsets.get()), xq, xs, b, sb, p.y.data(), s);
+  return fp8_plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void LinearRunner::run_fp8(const LinearParams& p, cudaStream_t s) {
+  check_linear_fp8(Device::CUDA, p);
+  const int64_t rows = p.x.size(0), in = p.x.size(1), out = p.y.size(1);
+  MAGI2_CHECK(in % kFp8Block == 0 && out % kFp8Block == 0, "CUDA backend: linear (FP8) needs in and out multiples of ",
+              kFp8Block, ", got [", in, " -> ", out, "] (the CPU backend takes any width)");
+  MAGI2_CHECK(reinterpret_cast<uintptr_t>(p.y.data()) % 16 == 0 && p.y.row_stride() % 8 == 0,
+              "CUDA backend: linear (FP8): y must be 16-byte aligned with a row stride of a multiple of 8");
+  if (rows == 0) return;
+  const Fp8Plan& plan = fp8_plan(p, s);
+  const Groups& g = p.groups;
+  // x -> e4m3 rows + scales (256-byte aligned parts of one scratch): row-major
+  // scales for CUTLASS; for cuBLASLt one [kb, rows_g] block per row group.
+  const int64_t kb = in / kFp8Block;
+  const auto round256 = [](int64_t bytes) { return (bytes + 255) / 256 * 256; };
+  Fp8ScaleLayout layout;
+  int64_t scale_bytes = rows * kb * 4;
+  if (plan.lt) {
+    layout.groups = g.count;
+    scale_bytes = 0;
+    for (int i = 0; i < g.count; ++i) {
+      layout.cu[i + 1] = g.cu[i + 1];
+      layout.off[i] = scale_bytes / 4;
+      scale_bytes += round256((g.cu[i + 1] - g.cu[i]) * kb * 4);
+    }
+  }
+  const int64_t q_bytes = round256(rows * in);
+  char* buf = static_cast<char*>(act8_.get(static_cast<size_t>(q_bytes + scale_bytes), s, "linear (FP8)"));
+  auto* xq = reinterpret_cast<uint8_t*>(buf);
+  auto* xs = reinterpret_cast<float*>(buf + q_bytes);
+  quantize_rows_fp8(p.x.data_as<uint16_t>(), p.x.row_stride(), rows, in, xq, xs, s, layout);
+  const auto* wsc = p.w_scale.data_as<float>();
+  if (!plan.lt) {
+    const void* b[1] = {p.w.data()};
+    const float* sb[1] = {wsc};
+    plan.gemm->run(static_cast<const int32_t*>(plan.offsets.get()), xq, xs, b, sb, p.y.data(), s);
+    return;
+  }
+  // cuBLASLt reads a 128 x 128 scale grid with its K-block stride padded to a
+  // multiple of 4 (16 bytes), as PyTorch's blockwise scaled_mm lays it out; the
+  // checkpoint's [out / 128, in / 128] grid is copied so when in / 128 is not
+  // (the shared experts' fc2: 1280 / 128 = 10). A few KB a call, in the graph.
+  const int64_t ob = out / kFp8Block, ld = (kb + 3) / 4 * 4;
+  if (ld != kb) {
+    auto* padded = static_cast<float*>(
+        wsc8_.get(static_cast<size_t>(g.count * ob * ld) * 4, s, "linear (FP8): padded weight scales"));
+    MAGI2_CUDA_CHECK(cudaMemcpy2DAsync(padded, static_cast<size_t>(ld) * 4, wsc, static_cast<size_t>(kb) * 4,
+                                       static_cast<size_t>(kb) * 4, static_cast<size_t>(g.count * ob),
+                                       cudaMemcpyDeviceToDevice, s));
+    wsc = padded;
+  }
+  const auto* w8 = static_cast<const uint8_t*>(p.w.data());
+  for (int i = 0; i < g.count; ++i) {
+    const int64_t r0 = g.cu[i], r1 = g.cu[i + 1];
+    if (r0 == r1) continue;
+    fp8_lt_gemm(plan.lt_algo[i].get(), xq + r0 * in, xs + layout.off[i], w8 + i * out * in, wsc + i * ob * ld,
+                p.y.slice_rows(r0, r1).data(), r1 - r0, in, out, p.y.row_stride(), s);
+  }
 }
 
 void LinearRunner::run(const LinearParams& p, cudaStream_t s) {

@@ -107,9 +107,12 @@ uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Comput
   if (attn_fp8)
     attn = static_cast<uint64_t>(
         fp8_attention_layout(n, static_cast<int64_t>(h), static_cast<int64_t>(hd), kAttnFp8Samples).bytes);
-  // FP8 linears: the e4m3 activations and their 1 x 128 group scales of the widest input (the dense MLP's).
+  // FP8 linears: the e4m3 activations and their 1 x 128 group scales of the widest input (the dense MLP's),
+  // plus 64 KiB for the scratch's 256-byte rounding per row group and cuBLASLt's padded weight-scale copy
+  // (cuda/linear.cpp; a few KB).
   const uint64_t lin_k = std::max<uint64_t>(d, a.dense_intermediate());
-  const uint64_t lin = linear_fp8 ? n * lin_k + n * ((lin_k + kFp8ActGroup - 1) / kFp8ActGroup) * 4 : 0;
+  const uint64_t lin =
+      linear_fp8 ? n * lin_k + n * ((lin_k + kFp8ActGroup - 1) / kFp8ActGroup) * 4 + (uint64_t{64} << 10) : 0;
   return kCudaRuntimeReserve + kCudaGemmWorkspace + moe + attn + lin + n * h * 4 + kDitBuffers * kCudaRounding;
 }
 
