@@ -1,4 +1,4 @@
-// Argument checks of the codec ops (ops.h: the Stable Audio Open decoder, the
+// Argument checks of the codec ops (ops/codec_params.h: the Stable Audio Open decoder, the
 // TurboVAE decoder, the Wan2.2 VAE encoder), one per op, shared by the CPU and
 // CUDA backends: the same errors whatever the device. Each returns the sizes
 // the op derives from its operands. Light header.

@@ -1,4 +1,4 @@
-// Element formulas of the codec ops (ops.h: Stable Audio Open decoder,
+// Element formulas of the codec ops (ops/codec_params.h: Stable Audio Open decoder,
 // TurboVAE decoder, Wan2.2 VAE encoder), one definition each for the CPU
 // reference (src/cpu/conv1d.cpp, conv.cpp, video.cpp, wan_vae.cpp) and the
 // CUDA kernels (src/cuda/audio_codec.cu, conv3d.cu, video_codec.cu,

@@ -1,4 +1,4 @@
-// Argument checks of the Qwen3.5 text encoder ops (ops.h), one per op, shared
+// Argument checks of the Qwen3.5 text encoder ops (ops/text_params.h), one per op, shared
 // by the CPU and CUDA backends: the same errors whatever the device. Each
 // returns the sizes the op derives from its operands. Light header.
 #pragma once

@@ -1,5 +1,5 @@
-// Element formulas of the Qwen3.5 text encoder ops (ops.h "Qwen3.5 text
-// encoder ops"), one definition each for the CPU reference (src/cpu/gated.cpp,
+// Element formulas of the Qwen3.5 text encoder ops (ops/text_params.h,
+// through ops.h), one definition each for the CPU reference (src/cpu/gated.cpp,
 // linear_attention.cpp, rotary.cpp) and the CUDA kernels (src/cuda/text_ops.cu,
 // delta_rule.cu): the torch bf16 element-wise rounding points of the official
 // CPU bf16 path (every bf16 tensor op computes in fp32 and rounds its result
