@@ -54,6 +54,32 @@ TEST(KernelOptions, BadValuesAreOneLineErrors) {
   EXPECT_NE(out.find("--offload"), std::string::npos) << out;
 }
 
+// A bad value in the env mirror of a fixed-list option names the variable and
+// its value; a flag on the command line wins (CLI11 then ignores the variable)
+// and a bad flag value names the flag; an empty variable counts as unset. Each
+// error points at the subcommand's --help.
+TEST(KernelOptions, BadEnvValuesNameTheVariable) {
+  auto with_env = [](const std::string& env, const std::string& args) {
+    test::CliRun r;
+    r.rc = test::run_command(env + " " + test::magi2_binary() + " " + args, &r.out);
+    return r;
+  };
+  test::expect_one_line_error(with_env("MAGI2_LINEAR_COMPUTE=fp9", "generate --prompt x -o /tmp/x.mp4"),
+                              "MAGI2_LINEAR_COMPUTE='fp9' (the env mirror of --linear-compute): expected bf16 or fp8 "
+                              "(see magi2 generate --help)");
+  test::expect_one_line_error(with_env("MAGI2_ATTENTION_COMPUTE=fp4", "bench --device cpu --layers 1"),
+                              "MAGI2_ATTENTION_COMPUTE='fp4' (the env mirror of --attention-compute)");
+  test::expect_one_line_error(with_env("MAGI2_DEVICE=gpu", "encode-text --prompt x -o /tmp/x.safetensors"),
+                              "MAGI2_DEVICE='gpu' (the env mirror of --device): expected auto, cuda or cpu");
+  test::expect_one_line_error(with_env("MAGI2_LINEAR_COMPUTE=fp9", "generate --linear-compute fp7"),
+                              "--linear-compute: fp7");
+  test::expect_one_line_error(with_env("MAGI2_LINEAR_COMPUTE=fp9", "generate --linear-compute fp8"),
+                              "nothing to generate");
+  test::expect_one_line_error(with_env("MAGI2_LINEAR_COMPUTE=", "generate"), "nothing to generate");
+  test::expect_one_line_error(magi2("refine --refiner-device gpu"), "(see magi2 refine --help)");
+  test::expect_one_line_error(magi2("--bogus"), "(see magi2 --help)");
+}
+
 TEST(KernelOptions, OffloadIsDocumentedOnEveryFrontEnd) {
   for (const char* cmd : {"generate --help", "serve --help", "bench --help"}) {
     const test::CliRun r = magi2(cmd);

@@ -17,6 +17,7 @@
 #include "bench_stats.h"
 #include "bench_decode.h"
 #include "bench_text.h"
+#include "choice_option.h"
 #include "commands.h"
 #include "weights_option.h"
 #include "core/error.h"
@@ -583,11 +584,10 @@ Command bench_command() {
     s->add_option("--text-tokens", a.text_tokens, "--stage text: prompt length in tokens (default: 300 and 2000)")
         ->check(CLI::Range(int64_t{1}, int64_t{7000}))
         ->envname("MAGI2_BENCH_TEXT_TOKENS");
-    s->add_option("--weights", a.weights, "routed expert weights: bf16 or fp8-experts (128x128 blocks; "
-                  "--fp8-compute picks W8A16 or W8A8)")
-        ->check(CLI::IsMember({"bf16", "fp8-experts"}))
-        ->envname("MAGI2_BENCH_WEIGHTS")
-        ->capture_default_str();
+    add_choice_option(s, "--weights", a.weights,
+                      "routed expert weights: bf16 or fp8-experts (128x128 blocks; --fp8-compute picks W8A16 or "
+                      "W8A8)",
+                      {"bf16", "fp8-experts"}, "MAGI2_BENCH_WEIGHTS");
     s->add_flag("--full-model", a.full_model,
                 "every MoE layer its own FP8 expert banks, drawn on the GPU (the whole model resident; needs "
                 "--weights fp8-experts and --device cuda)")

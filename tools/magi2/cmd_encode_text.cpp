@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cache_env.h"
+#include "choice_option.h"
 #include "commands.h"
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -112,11 +113,9 @@ Command encode_text_command() {
         ->envname("MAGI2_OUTPUT");
     s->add_option("--threads", a.threads, "CPU threads, 0..1024 (0: all)")
         ->check(CLI::Range(0, Limits::kMaxThreads))->envname("MAGI2_THREADS");
-    s->add_option("--device", a.device, "the backend --text-encoder-device auto picks: auto (cuda when a GPU is "
-                  "present), cuda or cpu")
-        ->check(CLI::IsMember({"auto", "cuda", "cpu"}))
-        ->envname("MAGI2_DEVICE")
-        ->capture_default_str();
+    add_choice_option(s, "--device", a.device,
+                      "the backend --text-encoder-device auto picks: auto (cuda when a GPU is present), cuda or cpu",
+                      {"auto", "cuda", "cpu"}, "MAGI2_DEVICE");
     add_text_encoder_device_option(s, a.text_encoder_device);
     return s;
   }, run_encode_text);

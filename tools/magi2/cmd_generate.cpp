@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "cache_env.h"
+#include "choice_option.h"
 #include "commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -319,12 +320,10 @@ void add_generate_options(CLI::App* s, GenerateArgs& a) {
     s->add_option("--refiner-num-inference-steps", a.refiner_steps, "1080p: refiner steps, 1..1000 (default: the config's, 5)")
         ->check(CLI::Range(1, Limits::kMaxSteps))
         ->envname("MAGI2_REFINER_NUM_INFERENCE_STEPS");
-    s->add_option("--refiner-device", a.refiner_device,
-                  "1080p: where the refiner runs: auto (the DiT's --device, default; on CUDA the DiT is freed "
-                  "before it uploads when both do not fit --max-device-memory) or cpu (the reference backend)")
-        ->check(CLI::IsMember({"auto", "cpu"}))
-        ->envname("MAGI2_REFINER_DEVICE")
-        ->capture_default_str();
+    add_choice_option(s, "--refiner-device", a.refiner_device,
+                      "1080p: where the refiner runs: auto (the DiT's --device, default; on CUDA the DiT is freed "
+                      "before it uploads when both do not fit --max-device-memory) or cpu (the reference backend)",
+                      {"auto", "cpu"}, "MAGI2_REFINER_DEVICE");
     s->add_option("--seconds", a.seconds, "clip length in seconds")->envname("MAGI2_SECONDS")->capture_default_str();
     s->add_option("--width", a.width, "video width in pixels (multiple of 16; overrides --resolution)")
         ->envname("MAGI2_WIDTH");

@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   std::vector<magi2::cli::Command> cmds = magi2::cli::all_commands();
   for (auto& c : cmds) c.add(app);
   // CLI11 reports an unknown subcommand as "A subcommand is required"; name it instead.
+  // A flag error points at the help that lists the flag: the subcommand's.
+  std::string help = "magi2 --help";
   if (argc > 1 && argv[1][0] != '-') {
     std::string known;
     bool found = false;
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
       known += (known.empty() ? "" : ", ") + c.sub->get_name();
     }
     if (!found) return fail(magi2::str_cat("unknown command '", argv[1], "' (commands: ", known, ")"));
+    help = magi2::str_cat("magi2 ", argv[1], " --help");
   }
   try {
     app.parse(argc, argv);
@@ -57,7 +60,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {  // not app.exit(e): CLI11's codes (105, 106, ...) would leak out
-    return fail(magi2::str_cat(e.what(), " (see magi2 --help)"));
+    return fail(magi2::str_cat(e.what(), " (see ", help, ")"));
   }
   try {
     for (auto& c : cmds)
