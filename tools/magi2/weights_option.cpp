@@ -60,10 +60,11 @@ CLI::Option* add_attention_compute_option(CLI::App* app, std::string& dst) {
 
 CLI::Option* add_linear_compute_option(CLI::App* app, std::string& dst) {
   return add_choice_option(app, "--linear-compute", dst,
-                           "how the DiT's dense linears (attention, MoE split/merge, shared experts, dense MLP; not "
-                           "the output gate) compute: bf16 (the official rounding points) or fp8 (W8A8: weights "
-                           "quantised at load with 128 x 128 block scales, activations per 1 x 128 group: an "
-                           "experiment, docs/fp8.md; CUDA needs widths that are multiples of 128)",
+                           "how the DiT's dense linears (the attention projections (qkv, out), MoE split/merge, "
+                           "shared experts, dense MLP; not the output gate) compute: bf16 (the official rounding "
+                           "points) or fp8 (W8A8: weights quantised at load with 128 x 128 block scales, activations "
+                           "per 1 x 128 group: an experiment, docs/fp8.md; CUDA needs widths that are multiples of "
+                           "128)",
                            {"bf16", "fp8"}, "MAGI2_LINEAR_COMPUTE");
 }
 
