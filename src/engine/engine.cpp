@@ -402,6 +402,7 @@ PreparedRequest Engine::prepare(const GenerateParams& p) {
   // request that cannot fit stops here with one line saying what would.
   r.memory_plan = s.planner->plan(r.params, s.budget, s.budget_source);
   MAGI2_CHECK(r.memory_plan.fits, r.memory_plan.advice);
+  MAGI2_CHECK(r.memory_plan.problems.empty(), r.memory_plan.problems.front());
   if (r.memory_plan.residency == Residency::Sequential) s.residency = Residency::Sequential;  // from now on
   const bool encode = p.text_features.empty();
   r.residency_log_begin = s.log.size();
@@ -533,8 +534,10 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
     std::snprintf(line, sizeof line, "%lld x %lld px, %.2f s -> latent %lldx%lldx%lld + %lld audio frames",
                   (long long)p.pixel_width(), (long long)p.pixel_height(), p.seconds, (long long)req.latent.frames,
                   (long long)req.latent.height, (long long)req.latent.width, (long long)req.latent.audio_frames);
+    // The FP8 modes only where the DiT runs (`magi2 refine` runs the refiner alone).
+    const std::string fp8 = p.refine_from.empty() ? str_cat(", ", r.memory_plan.fp8.text()) : std::string();
     cb.on_log(str_cat("magi2: ", s.model.transformer_dir, ", ", line, ", ", req.num_steps, " step",
-                      req.num_steps == 1 ? "" : "s", ", ", text, ", ", noise));
+                      req.num_steps == 1 ? "" : "s", ", ", text, ", ", noise, fp8));
   }
   // A cancel before the first step costs no step.
   GenerateOutcome o;
@@ -680,6 +683,7 @@ GenerateOutcome Engine::run(const PreparedRequest& r, const GenerateCallbacks& c
                                                                *r.enhancement)
                                             : nlohmann::json();
     m["prompt_chars"] = qwen35::utf8_decode(p.prompt, "prompt").size();
+    m.update(r.memory_plan.fp8.json());  // weights, fp8_compute, attention_compute, linear_compute
     write_file_atomic(p.metrics_path, m.dump(2) + "\n");
   }
   return o;

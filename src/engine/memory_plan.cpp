@@ -397,6 +397,8 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   MemoryPlan m;
   m.label = p.label;
   m.dit_backend = s.backend;
+  m.fp8 = fp8_modes(s.opt, s.fp8);
+  if (p.refine_from.empty()) m.problems = fp8_backend_problems(a, m.fp8, s.backend);  // refine runs no DiT
   m.width = p.pixel_width();
   m.height = p.pixel_height();
   m.seconds = p.seconds;
@@ -706,7 +708,7 @@ std::string MemoryPlan::text() const {
   std::string out = str_cat("memory plan for ", label, ": ", width, "x", height, " px, ", seconds, " s, ", steps,
                             " steps, ", tokens, " DiT tokens (prompt ", prompt_tokens, ", negative ", negative_tokens,
                             ")", refiner_tokens ? str_cat(", ", refiner_tokens, " refiner tokens") : std::string(),
-                            "; DiT on ", dit_backend, "\n");
+                            "; DiT on ", dit_backend, " (", fp8.text(), ")\n");
   char line[256];
   std::snprintf(line, sizeof line, "  %-16s %-5s %-7s %12s %12s %12s %12s\n", "stage", "runs", "lives", "weights",
                 "activations", "workspace", "total");
@@ -736,6 +738,7 @@ std::string MemoryPlan::text() const {
   out += str_cat("  budget: ", budget ? format_bytes(budget) : std::string("none"), " (", budget_source, "): ",
                  budget == 0 ? "not checked" : (fits ? "fits" : "does NOT fit"), "\n");
   if (!fits) out += str_cat("  ", advice, "\n");
+  for (const std::string& pr : problems) out += str_cat("  will fail: ", pr, "\n");
   return out;
 }
 
@@ -777,7 +780,8 @@ nlohmann::json MemoryPlan::json() const {
           {"peak_host_bytes", peak_host},
           {"peak_host_phase", peak_host_phase},
           {"fits", fits},
-          {"advice", advice}};
+          {"advice", advice},
+          {"problems", problems}};
 }
 
 }  // namespace magi2

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/fp8_modes.h"
 #include "engine/params.h"
 #include "models/magi2_dit/config.h"
 
@@ -92,6 +93,11 @@ struct MemoryPlan {
   bool fits = true;
   /// When it does not fit: one line saying what is needed and what would fit.
   std::string advice;
+  /// The FP8 modes planned (the routed experts as the checkpoint and --weights give them).
+  Fp8Modes fp8;
+  /// What the DiT's backend cannot run although the plan fits, one line each
+  /// (fp8_backend_problems; empty: nothing): `--dry-run` prints them, a run stops on the first.
+  std::vector<std::string> problems;
 
   const StageMemory* stage(const std::string& name) const;
   /// The phase named `name`, or null when the request has none.

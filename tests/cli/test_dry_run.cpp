@@ -37,6 +37,31 @@ TEST(DryRun, PrintsThePlanAndWritesNothingElse) {
   EXPECT_EQ(plan.at("stages").size(), 4u);
   EXPECT_GT(plan.at("peak_host_bytes").get<uint64_t>(), 0u);
   EXPECT_TRUE(plan.at("fits").get<bool>());
+  EXPECT_TRUE(plan.at("problems").empty());
+  // The FP8 modes, as a run's metrics carry them.
+  EXPECT_EQ(j.at("weights"), "bf16");
+  EXPECT_EQ(j.at("fp8_compute"), "none");
+  EXPECT_EQ(j.at("attention_compute"), "bf16");
+  EXPECT_EQ(j.at("linear_compute"), "bf16");
+  EXPECT_NE(r.out.find("(experts bf16, attention bf16, linears bf16)"), std::string::npos) << r.out;
+}
+
+// The CUDA FP8 linear needs widths that are multiples of 128; the tiny model's
+// are not. The dry run says so (exit 0, as for a plan that does not fit).
+TEST(DryRun, SaysWhatTheGpuCannotRun) {
+  const std::string dir = temp_dir("dry_run_fp8");
+  const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --dry-run --device cuda --max-device-memory 40GiB "
+                            "--linear-compute fp8 --metrics " + dir + "/plan.json"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_NE(r.out.find("will fail: --linear-compute fp8 on CUDA needs the dense linears' in and out widths to be "
+                       "multiples of 128"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(read_text_file(dir + "/plan.json"));
+  EXPECT_EQ(j.at("linear_compute"), "fp8");
+  EXPECT_EQ(j.at("memory_plan").at("problems").size(), 1u);
+  // The CPU backend runs any width.
+  const CliRun cpu = run(tiny("-o " + dir + "/fox.mp4 --dry-run --device cpu --linear-compute fp8"));
+  ASSERT_EQ(cpu.rc, 0) << cpu.out;
+  EXPECT_EQ(cpu.out.find("will fail"), std::string::npos) << cpu.out;
 }
 
 TEST(DryRun, PlansForAGpuAnywhere) {

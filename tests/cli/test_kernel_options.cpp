@@ -4,13 +4,15 @@
 // the flag and the mirror take effect, and a bad value is one error line.
 #include <gtest/gtest.h>
 
-#include <string>
-
+#include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/error.h"
 #include "core/tensor.h"
 #include "engine/params.h"
+#include "io/mmap_file.h"
 #include "io/safetensors.h"
 #include "util/cli.h"
 #include "util/testing.h"
@@ -116,13 +118,13 @@ TEST(KernelOptions, EngineOptionsValidateTheChoices) {
   EXPECT_TRUE(test::throws_with([&] { validate(o); }, {"--attention-compute", "bf16 or fp8", "fp16"}));
 }
 
-// --attention-compute fp8 (docs/fp8.md) reaches the DiT on the CPU backend
-// (its reference of FP8 attention, any head dim): the flag and its mirror give
-// the same latents, which differ from bf16 attention's and stay finite.
-// An FP8 compute flag (`flag fp8`, or `env`=fp8) reaches the DiT on the CPU:
-// the flag and the env give the same latents, which differ from bf16's; a bad
+// An FP8 compute flag (`flag fp8`, or `env`=fp8; docs/fp8.md) reaches the DiT
+// on the CPU (its reference, any width): the flag and the env give the same
+// latents, which differ from bf16's and stay finite; the run's summary line
+// says `summary` and its metrics carry the mode under the flag's name; a bad
 // value is one error naming the flag.
-void expect_fp8_compute_flag(const std::string& flag, const std::string& env_name, const std::string& what) {
+void expect_fp8_compute_flag(const std::string& flag, const std::string& env_name, const std::string& what,
+                             const std::string& summary) {
   const std::string dir = test::temp_dir(what);
   const std::string common = "generate --model builtin:tiny --seconds 1 --width 96 --height 64 "
                              "--num-inference-steps 2 --no-decode --threads 1 --prompt 'A red fox.' --save-latents ";
@@ -133,8 +135,16 @@ void expect_fp8_compute_flag(const std::string& flag, const std::string& env_nam
                              &r.out);
     return r;
   };
-  const test::CliRun fp8 = run(common + dir + "/fp8.safetensors " + flag + " fp8");
+  const test::CliRun fp8 = run(common + dir + "/fp8.safetensors " + flag + " fp8 --metrics " + dir + "/m.json");
   ASSERT_EQ(fp8.rc, 0) << fp8.out;
+  EXPECT_NE(fp8.out.find("seed 42, experts bf16, " + summary), std::string::npos) << fp8.out;
+  const nlohmann::json m = nlohmann::json::parse(read_text_file(dir + "/m.json"));
+  std::string key = flag.substr(2);  // --linear-compute -> linear_compute
+  std::replace(key.begin(), key.end(), '-', '_');
+  EXPECT_EQ(m.at(key), "fp8") << key;
+  for (const char* k : {"weights", "fp8_compute", "attention_compute", "linear_compute"})
+    EXPECT_TRUE(m.contains(k)) << k;
+  EXPECT_EQ(m.at("weights"), "bf16");
   const test::CliRun env = run(common + dir + "/env.safetensors", env_name + "=fp8");
   ASSERT_EQ(env.rc, 0) << env.out;
   const test::CliRun bf16 = run(common + dir + "/bf16.safetensors");
@@ -151,11 +161,11 @@ void expect_fp8_compute_flag(const std::string& flag, const std::string& env_nam
 }
 
 TEST(KernelOptions, AttentionComputeFp8ReachesTheDitOnTheCpu) {
-  expect_fp8_compute_flag("--attention-compute", "MAGI2_ATTENTION_COMPUTE", "attn-fp8");
+  expect_fp8_compute_flag("--attention-compute", "MAGI2_ATTENTION_COMPUTE", "attn-fp8", "attention fp8, linears bf16");
 }
 
 TEST(KernelOptions, LinearComputeFp8ReachesTheDitOnTheCpu) {
-  expect_fp8_compute_flag("--linear-compute", "MAGI2_LINEAR_COMPUTE", "linear-fp8");
+  expect_fp8_compute_flag("--linear-compute", "MAGI2_LINEAR_COMPUTE", "linear-fp8", "attention bf16, linears fp8");
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "io/mmap_file.h"
 #include "io/safetensors.h"
+#include "engine/fp8_modes.h"
 #include "engine/memory_plan.h"
 #include "engine/model_files.h"
 #include "models/magi2_dit/dit.h"
@@ -125,6 +126,11 @@ double gemm_ceiling_tflops(Backend& be) {
   return 2.0 * m * m * m / (median(ms) * 1e-3) / 1e12;
 }
 
+// The FP8 modes of the step bench (its --weights is bf16 or fp8-experts, no auto).
+Fp8Modes bench_fp8_modes(const BenchArgs& a) {
+  return {a.weights == "fp8-experts", a.fp8_compute, a.attention_compute, a.linear_compute};
+}
+
 // Random weights. Default: all MoE layers share one expert bank (bf16 banks of
 // 40 layers are 217 GB: they cannot all be resident on one GPU); FP8 quantises
 // that bank on the host. --full-model (FP8): every MoE layer gets its own
@@ -200,11 +206,8 @@ BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend
     out.w = be.device() == Device::CPU ? host : host.to_backend(be);
   be.synchronize();
   const double upload_ms = ms_between(t_up, clock_t_::now());
-  out.info = {{"weights", fp8 ? "fp8-experts" : "bf16"},
-              {"fp8_compute", fp8 ? a.fp8_compute : "none"},
-              {"attention_compute", a.attention_compute},
-              {"linear_compute", a.linear_compute},
-              {"expert_banks", a.full_model ? "distinct FP8 banks per MoE layer, drawn on the device"
+  out.info = bench_fp8_modes(a).json();  // weights, fp8_compute, attention_compute, linear_compute
+  out.info.update({{"expert_banks", a.full_model ? "distinct FP8 banks per MoE layer, drawn on the device"
                                : fp8 ? "one FP8 bank (128x128 block scales) shared by every MoE layer"
                                      : "one bf16 bank shared by every MoE layer (bf16 banks of all layers do not fit)"},
               {"weights_unique_bytes", unique_bytes},
@@ -212,7 +215,7 @@ BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend
               {"weights_generate_ms", gen_ms},
               {"weights_upload_ms", upload_ms},
               {"weights_upload_gb_per_s", (unique_bytes - device_made) / (upload_ms * 1e-3) / 1e9},
-              {"offload", out.offload ? "layerwise" : "none"}};
+              {"offload", out.offload ? "layerwise" : "none"}});
   return out;
 }
 
@@ -487,6 +490,11 @@ int run_bench(const BenchArgs& a) {
 #endif
   }
   const DitArch arch = cut_arch(cfg.arch, a.layers);
+  // What the backend cannot run is refused before the weights are made.
+  const Fp8Modes modes = bench_fp8_modes(a);
+  const std::string backend = be->device() == Device::CUDA ? "cuda" : "cpu";
+  const std::vector<std::string> problems = fp8_backend_problems(arch, modes, backend);
+  MAGI2_CHECK(problems.empty(), problems.front());
   const BenchWeights weights = make_bench_weights(a, arch, *be);
   nlohmann::json out = {{"backend", be->name()}, {"config", cfg.source}, {"runs", nlohmann::json::array()}};
   if (budget > 0) {
@@ -498,12 +506,13 @@ int run_bench(const BenchArgs& a) {
     out["runs"].push_back(j);
     std::printf("bench %s: %lld tokens, %d layers: step %.1f ms median of %d (graph replay; CPU %.3f ms/step), "
                 "%.0f TFLOP/s = %.2f of the %.0f TFLOP/s bf16 GEMM ceiling; first step %.1f ms, capture %.1f ms, "
-                "weights %.2f GB uploaded at %.1f GB/s\n",
+                "weights %.2f GB uploaded at %.1f GB/s; %s\n",
                 res.c_str(), j["tokens"].get<long long>(), j["layers"].get<int>(), j["step_ms_median"].get<double>(),
                 a.steps, j["cpu_ms_per_replayed_step"].get<double>(), j["tflops"].get<double>(),
                 j["fraction_of_ceiling"].get<double>(), j["gemm_ceiling_tflops"].get<double>(),
                 j["first_step_ms"].get<double>(), j["capture_ms"].get<double>(),
-                j["weights_unique_bytes"].get<double>() / 1e9, j["weights_upload_gb_per_s"].get<double>());
+                j["weights_unique_bytes"].get<double>() / 1e9, j["weights_upload_gb_per_s"].get<double>(),
+                modes.text().c_str());
     if (j.contains("memory"))
       std::printf("  weights %s, fp8 compute %s (%s): %.2f GB; device memory peak %.2f GB allocated, %.2f of %.2f "
                   "GB used now\n",

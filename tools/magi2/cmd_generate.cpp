@@ -105,7 +105,8 @@ OutputPlan plan_for_sample(const OutputPlan& p, size_t i) {
 // Plans every job against the budget (--max-device-memory, else the device's
 // free memory or the host's RAM) and returns the largest. --dry-run: prints
 // it (and writes it to --metrics) and returns nothing; otherwise an Error
-// with the advice line when a plan does not fit.
+// with the advice line when a plan does not fit, or with the first thing the
+// DiT's backend cannot run (MemoryPlan::problems).
 std::optional<MemoryPlan> check_memory_plans(const EngineOptions& ec, const std::vector<GenerateParams>& jobs,
                                              bool dry_run, const std::string& metrics) {
   const std::string backend = backend_name_for(ec.device, dry_run);
@@ -120,12 +121,15 @@ std::optional<MemoryPlan> check_memory_plans(const EngineOptions& ec, const std:
   if (dry_run) {
     std::printf("%s", worst->text().c_str());
     if (jobs.size() > 1) std::printf("  (the largest of %zu samples; each is checked)\n", jobs.size());
-    if (!metrics.empty())
-      write_file_atomic(metrics, nlohmann::json({{"dry_run", true}, {"samples", jobs.size()},
-                                                 {"memory_plan", worst->json()}}).dump(2) + "\n");
+    if (!metrics.empty()) {
+      nlohmann::json m = {{"dry_run", true}, {"samples", jobs.size()}, {"memory_plan", worst->json()}};
+      m.update(worst->fp8.json());  // as a run's metrics: weights, fp8_compute, attention_compute, linear_compute
+      write_file_atomic(metrics, m.dump(2) + "\n");
+    }
     return std::nullopt;
   }
   MAGI2_CHECK(worst->fits, worst->advice);
+  MAGI2_CHECK(worst->problems.empty(), worst->problems.front());
   return worst;
 }
 

@@ -1,6 +1,7 @@
 #include "models/magi2_dit/weights.h"
 
 #include <functional>
+#include <map>
 
 #include "core/error.h"
 #include "models/magi2_dit/strict_bind.h"
@@ -239,6 +240,21 @@ DitWeights DitWeights::generate(const DitArch& arch, const std::function<Tensor(
     w.num_bytes += dst->nbytes();
   }, experts == ExpertWeights::FP8);
   return w;
+}
+
+std::vector<DitLinearShape> dit_fp8_linear_shapes(const DitArch& arch) {
+  // The official shapes land in the members they bind, which for_each_fp8_linear then names.
+  DitWeights w = with_layer_kinds(arch);
+  std::map<const Tensor*, Shape> shapes;
+  visit_dit_tensors(arch, &w, [&](const std::string&, const Shape& shape, DType, Tensor* dst) { shapes[dst] = shape; });
+  std::vector<DitLinearShape> out;
+  for (DitLayerWeights& L : w.layers)
+    for_each_fp8_linear(L, [&](const char* name, Tensor& t, Tensor&, int groups) {
+      const auto it = shapes.find(&t);
+      if (it == shapes.end()) return;  // not in this layer's kind
+      out.push_back({L.index, name, it->second[1], it->second[0] / groups});
+    });
+  return out;
 }
 
 DitWeights DitWeights::bind(const Checkpoint& ckpt, const DitArch& arch, ExpertWeights experts) {

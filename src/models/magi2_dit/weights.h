@@ -109,6 +109,19 @@ void for_each_fp8_linear(DitLayerWeights& L, F&& f) {
   f("modality_specific_shared_expert_fc2", L.msh_fc2, L.msh_fc2_scale, 3);
 }
 
+/// One dense linear that `--linear-compute fp8` quantises, as the linear op
+/// sees it: `in` -> `out` columns for each of its modality sets.
+struct DitLinearShape {
+  int layer = 0;
+  std::string name;  ///< the for_each_fp8_linear label, e.g. "linear_qkv"
+  int64_t in = 0, out = 0;
+};
+
+/// Every dense linear of `arch` that `--linear-compute fp8` quantises
+/// (for_each_fp8_linear), in layer and module order, from the shapes alone
+/// (nothing is allocated). Pure.
+std::vector<DitLinearShape> dit_fp8_linear_shapes(const DitArch& arch);
+
 /// Calls f(label, tensor&) for every tensor member of one layer, in module
 /// order (the per-layer part of DitWeights::for_each_tensor).
 template <typename F>
