@@ -42,7 +42,7 @@ TEST(Fp8Modes, LinearShapesFromTheConfigMatchTheWeights) {
     EXPECT_EQ(planned[i].in, bound[i].in) << bound[i].name;
     EXPECT_EQ(planned[i].out, bound[i].out) << bound[i].name;
   }
-  const DitLinearShape& qkv = dit_fp8_linear_shapes(Magi2Config::release().arch).front();
+  const DitLinearShape qkv = dit_fp8_linear_shapes(Magi2Config::release().arch).front();  // a copy: the vector is a temporary
   EXPECT_EQ(qkv.name, "linear_qkv");
   EXPECT_EQ(qkv.in, 3072);
   EXPECT_EQ(qkv.out, 3 * 3072);
