@@ -11,9 +11,9 @@
 // Usage: bench_attention [--reps N] [--fp32] [--cudnn-plans] [--flash] [--fp8]   (--fp32 also times the fp32 kernel at
 // 272p, ~0.2 s a call; --cudnn-plans times every SDPA plan cuDNN's heuristics A, B and fallback offer;
 // --flash times the own Hopper flash kernel and compares its o and lse with cuDNN's, and at 272p with the
-// fp32 kernel's; --fp8 times FP8 attention (AttentionParams::fp8: the quantiser, the FP8 flash kernel, both)
-// against the bf16 flash kernel in interleaved rounds, with its error against bf16 flash and, with --fp32, the
-// fp32 kernel)
+// fp32 kernel's; --fp8 times FP8 attention (AttentionParams::fp8: the quantiser, the FP8 flash kernel, both,
+// and the kernel's Fp8FlashVariant's) against the bf16 flash kernel in interleaved rounds, with the error
+// against bf16 flash and, with --fp32, the fp32 kernel)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -314,8 +314,20 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
     const std::pair<const char*, std::function<void()>> runs[] = {
         {"bf16 flash (attention_flash)", [&] { cuda::attention_flash(pb, a, st); }},
         {"FP8: quantiser + flash (the op with fp8)", [&] { be.attention(p8); }},
-        {"FP8 flash kernel alone (attention_flash_fp8)", [&] { cuda::attention_flash_fp8(p8, a, ops, st); }}};
+        {"FP8 flash kernel alone (attention_flash_fp8: no ping-pong, the default)",
+         [&] { cuda::attention_flash_fp8(p8, a, ops, st); }},
+        {"FP8 kernel, ping-pong warpgroups (kPingPong)",
+         [&] { cuda::attention_flash_fp8(p8, a, ops, st, cuda::Fp8FlashVariant::kPingPong); }},
+        {"FP8 kernel, three-stage rings (kThreeStages)",
+         [&] { cuda::attention_flash_fp8(p8, a, ops, st, cuda::Fp8FlashVariant::kThreeStages); }},
+        {"FP8 kernel, 2 of 8 exps on the FMA pipe (kEmu2)",
+         [&] { cuda::attention_flash_fp8(p8, a, ops, st, cuda::Fp8FlashVariant::kEmu2); }}};
     cuda::attention_fp8_quantize(p8, a, ops, st);
+    for (size_t i = 3; i < std::size(runs); ++i) {  // each kernel variant's error against bf16 flash
+      runs[i].second();
+      cuda_synchronize(be);
+      std::printf("%s: o rel-RMS vs bf16 flash %.3e\n", runs[i].first, diff(be, o8, ob).first);
+    }
     std::vector<std::vector<double>> ms(std::size(runs));
     for (int round = 0; round < 3; ++round)
       for (size_t i = 0; i < std::size(runs); ++i)

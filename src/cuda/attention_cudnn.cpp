@@ -420,7 +420,8 @@ bool attention_flash_supported(int64_t) { return false; }
 void attention_flash(const AttentionParams&, const AttentionShape&, cudaStream_t, FlashVariant) {
   throw Error("attention_flash: this build has no CUTLASS headers (scripts/setup.sh installs them)");
 }
-void attention_flash_fp8(const AttentionParams&, const AttentionShape&, const FlashFp8Operands&, cudaStream_t) {
+void attention_flash_fp8(const AttentionParams&, const AttentionShape&, const FlashFp8Operands&, cudaStream_t,
+                         Fp8FlashVariant) {
   throw Error("attention_flash_fp8: this build has no CUTLASS headers (scripts/setup.sh installs them)");
 }
 }  // namespace magi2::cuda

@@ -8,10 +8,10 @@
 // the sample's key and value chunks of kBN tokens by TMA through two
 // mbarrier rings (kStages deep). Warpgroups 1 and 2 each own 64 query rows; per chunk j:
 //   issue S(j) = Q K(j)^T [64, kBN] (fp32, wgmma from shared memory);
-//   rescale O by the previous chunk's factor, issue O += P(j - 1) V(j - 1)
-//   (P from registers);
+//   issue O += P(j - 1) V(j - 1) (P from registers);
 //   wait for S(j) only, then the online softmax of S(j) while P V runs;
-//   wait for P V, then round P(j) in the registers P V reads.
+//   wait for P V, round P(j) in the registers P V reads, and rescale O by
+//   chunk j's factor.
 // In bf16, S's accumulator and P's A fragment pair element for element
 // (value q of k-step s is accumulator value 8 s + q of the same thread).
 //
@@ -51,6 +51,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/tma.h"
+#include "ops/numerics.h"
 
 namespace magi2::cuda {
 
@@ -176,7 +177,9 @@ struct Fp8Scales {
 // kPingPong: the two consumer warpgroups take turns issuing their chunk's
 // GEMMs (two named barriers), so one's softmax runs under the other's GEMMs
 // (FlashAttention-3's inter-warpgroup schedule); only when both have rows.
-template <bool kFp8, int kBN, int kStages, bool kPingPong>
+// kEmu (FP8 only): of every 8 accumulator values of S, the first kEmu take
+// their exponential on the FMA pipe (exp2_fma_f32) instead of the SFU.
+template <bool kFp8, int kBN, int kStages, bool kPingPong, int kEmu = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_flash_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                            const __grid_constant__ CUtensorMap tm_v, const int32_t* __restrict__ cu, int nseq, int h,
@@ -340,9 +343,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int i = 0; i < size(acc_s); ++i)
         if (8 * (i / 4) + lane_col + (i % 2) >= valid) acc_s(i) = -INFINITY;
     }
-    float mx[2] = {-INFINITY, -INFINITY}, c[2], neg[2];
+    // The rows' maxima as 4 partial maxima each (exact in any order; a chain of 32 dependent fmaxf's latency
+    // sat on the softmax's critical path).
+    float mxp[2][4], mx[2], c[2], neg[2];
     CUTE_UNROLL
-    for (int i = 0; i < size(acc_s); ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], acc_s(i));
+    for (int r = 0; r < 2; ++r)
+      CUTE_UNROLL
+      for (int u = 0; u < 4; ++u) mxp[r][u] = -INFINITY;
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_s); ++i) mxp[(i / 2) % 2][(i / 8) % 4] = fmaxf(mxp[(i / 2) % 2][(i / 8) % 4], acc_s(i));
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) mx[r] = fmaxf(fmaxf(mxp[r][0], mxp[r][1]), fmaxf(mxp[r][2], mxp[r][3]));
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       // Every chunk has a live key in every row, so the new maximum is finite; m is -inf only before the
@@ -362,12 +373,26 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     float sum[2] = {0.f, 0.f};
-    CUTE_UNROLL
-    for (int i = 0; i < size(acc_s); ++i) {
-      const int r = (i / 2) % 2;
-      const float e = ex2_fast_f32(__fmaf_rn(acc_s(i), c[r], neg[r]));
-      acc_s(i) = e;
-      sum[r] += e;
+    if constexpr (kFp8) {  // 4 partial sums a row, as the maxima
+      float sp[2][4] = {};
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) {
+        const int r = (i / 2) % 2;
+        const float x = __fmaf_rn(acc_s(i), c[r], neg[r]);
+        const float e = i % 8 < kEmu ? exp2_fma_f32(x) : ex2_fast_f32(x);
+        acc_s(i) = e;
+        sp[r][(i / 8) % 4] += e;
+      }
+      CUTE_UNROLL
+      for (int r = 0; r < 2; ++r) sum[r] = (sp[r][0] + sp[r][1]) + (sp[r][2] + sp[r][3]);
+    } else {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) {
+        const int r = (i / 2) % 2;
+        const float e = ex2_fast_f32(__fmaf_rn(acc_s(i), c[r], neg[r]));
+        acc_s(i) = e;
+        sum[r] += e;
+      }
     }
     l[0] = __fmaf_rn(l[0], alpha[0], sum[0]);
     l[1] = __fmaf_rn(l[1], alpha[1], sum[1]);
@@ -414,7 +439,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     wait_k(j);
     turn_begin();
     issue_s(j);
-    if (j > 1) rescale_o();  // O holds P V of chunks < j - 1 (none before j = 2)
     wait_v(j - 1);
     issue_pv(j - 1);
     turn_end();
@@ -426,8 +450,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     release_v(j - 1);
     to_p();
     sv_p = sv;
+    // O (P V of chunks <= j - 1) to chunk j's maximum before P V(j): here rather than in the next turn, so
+    // the 64 multiplies do not hold up this warpgroup's GEMM issue and the other's turn (FlashAttention-3's
+    // place for it too).
+    rescale_o();
   }
-  if (chunks > 1) rescale_o();
   wait_v(chunks - 1);
   turn_begin();
   issue_pv(chunks - 1);
@@ -468,17 +495,17 @@ struct Maps {
   CUtensorMap q, k, v;
 };
 
-template <bool kFp8, int kBN, int kStages, bool kPingPong>
+template <bool kFp8, int kBN, int kStages, bool kPingPong, int kEmu = 0>
 void launch(const AttentionParams& p, const AttentionShape& a, const Maps& m, Fp8Scales f8, cudaStream_t s) {
   constexpr size_t kSmem = Traits<kFp8, kBN, kStages>::kSmemBytes;
   static std::once_flag attr;
   std::call_once(attr, [] {
-    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(attention_flash_kernel<kFp8, kBN, kStages, kPingPong>,
+    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(attention_flash_kernel<kFp8, kBN, kStages, kPingPong, kEmu>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   });
   const int64_t tiles = attn_tiles_bound(a.t, a.nseq);
   const float scale_log2 = p.scale * 1.4426950408889634f;
-  attention_flash_kernel<kFp8, kBN, kStages, kPingPong>
+  attention_flash_kernel<kFp8, kBN, kStages, kPingPong, kEmu>
       <<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a.h)), kThreads, kSmem, s>>>(
           m.q, m.k, m.v, a.cu, static_cast<int>(a.nseq), static_cast<int>(a.h), scale_log2, f8,
           p.o.data_as<uint16_t>(), p.lse.data_as<float>());
@@ -516,7 +543,7 @@ void attention_flash(const AttentionParams& p, const AttentionShape& a, cudaStre
 }
 
 void attention_flash_fp8(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
-                         cudaStream_t s) {
+                         cudaStream_t s, Fp8FlashVariant v) {
   check_flash(p, a);
   if (a.t == 0 || a.h == 0) return;
   const int64_t cols = a.h * kHD;
@@ -525,7 +552,15 @@ void attention_flash_fp8(const AttentionParams& p, const AttentionShape& a, cons
                           "attention k8"),
                tma_map_2d(f.vt, TmaElem::kU8, cols, f.vt_cols, f.vt_cols, kAttnTile, kHD,
                           CU_TENSOR_MAP_SWIZZLE_128B, "attention v8^T")};
-  launch<true, kAttnTile, 2, true>(p, a, m, {f.sq, f.sk, f.sv}, s);
+  const Fp8Scales f8{f.sq, f.sk, f.sv};
+  // No ping-pong: in FP8 the GEMMs take half the time of bf16's while the softmax does not shrink, so the
+  // turns left both warpgroups waiting (H100, bench_attention --fp8: 6 % slower with them; docs/perf.md).
+  switch (v) {
+    case Fp8FlashVariant::kPingPong: return launch<true, kAttnTile, 2, true>(p, a, m, f8, s);
+    case Fp8FlashVariant::kThreeStages: return launch<true, kAttnTile, 3, false>(p, a, m, f8, s);
+    case Fp8FlashVariant::kEmu2: return launch<true, kAttnTile, 2, false, 2>(p, a, m, f8, s);
+    default: return launch<true, kAttnTile, 2, false>(p, a, m, f8, s);
+  }
 }
 
 }  // namespace magi2::cuda

@@ -58,11 +58,19 @@ FlashFp8Operands attention_fp8_layout(void* base, int64_t t, int64_t h, int64_t 
 void attention_fp8_quantize(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
                             cudaStream_t s);
 
+/// FP8 kernel variants, for measurements (bench_attention --fp8). kDefault:
+/// the two consumer warpgroups issue their GEMMs independently (no
+/// ping-pong), two-stage rings, every exponential of the softmax on the SFU
+/// (ex2.approx): the measured fastest (docs/perf.md). kPingPong: with
+/// FlashVariant::kDefault's turns; kThreeStages: three-stage rings; kEmu2: 2
+/// of every 8 exponentials on the FMA pipe (exp2_fma_f32, ops/numerics.h).
+enum class Fp8FlashVariant { kDefault, kPingPong, kThreeStages, kEmu2 };
+
 /// attention_flash on the FP8 operands `f` of p (attention_fp8_quantize):
 /// e4m3 wgmma for Q K^T and P V, P = e4m3(2^8 p), fp32 softmax and
 /// accumulation, o bf16 and lse f32 as attention_flash. Same preconditions.
 void attention_flash_fp8(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
-                         cudaStream_t s);
+                         cudaStream_t s, Fp8FlashVariant v = Fp8FlashVariant::kDefault);
 
 /// AttentionParams::fp8 on CUDA: attention_fp8_quantize into scratch owned
 /// per (device, stream), then attention_flash_fp8. A call larger than any

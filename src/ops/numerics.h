@@ -205,6 +205,32 @@ constexpr int kFp8AttnTile = 128;
 /// log2 of P's factor (kFp8AttnTile's comment): exact in the exponent.
 constexpr float kFp8AttnPLog2 = 8.0f;
 
+/// 2^x from FMA-pipe operations only (no SFU; FlashAttention-4's software
+/// exponential). x is clamped below at -125 (so -inf gives 2^-125 rather than
+/// 0, and the result is always normal) and must be below 128; NaN stays NaN.
+/// x is rounded to the nearest integer j by adding 1.5 * 2^23 (the sum's low
+/// mantissa bits are j), 2^(x - j) on [-0.5, 0.5] is a degree-3 polynomial
+/// fitted for relative error with p(0) = 1, so 2^j is exact (at most 1.02e-4
+/// over the range, against ex2.approx's ~2^-22), and j is added to its
+/// exponent bits. FP8 attention's softmax computes part of its exponentials
+/// with it: the SFU does 16 a clock per SM, which the FP8 wgmma's 2 x 128
+/// products per (row, key) outpace.
+MAGI2_HD float exp2_fma_f32(float x) {
+#if defined(__CUDA_ARCH__)
+#define MAGI2_FMA_F32 __fmaf_rn
+#else
+#define MAGI2_FMA_F32 __builtin_fmaf
+#endif
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23
+  x = x < -125.0f ? -125.0f : x;
+  const float t = x + kRound;
+  const float f = x - (t - kRound);
+  const float p = MAGI2_FMA_F32(
+      MAGI2_FMA_F32(MAGI2_FMA_F32(0.055008213967084885f, f, 0.24221037328243256f), f, 0.693282961845398f), f, 1.0f);
+#undef MAGI2_FMA_F32
+  return numerics_bits_f32(numerics_f32_bits(p) + (numerics_f32_bits(t) << 23));
+}
+
 /// The factor a W8A8 K-block's fp32 partial sum is multiplied by before it is
 /// added to the fp32 accumulator: a_scale * w_scale, one fp32 rounding (the
 /// order of CUTLASS's sm90 blockwise-scaled mainloop: acc += partial * (sa * sb)).

@@ -261,6 +261,33 @@ TEST_F(CudnnAttentionTest, FlashFp8CloseToCpuReference) {
     p.o = poisoned(want8.shape(), DType::BF16);
     cuda::attention(p, s, cuda::AttentionKernel::kCudnn);
     EXPECT_EQ(count_diff(down(p.o), got, "FP8 flash attention beside --cuda-attention cudnn"), 0) << c.name;
+    // The kernel's variants: the schedules give the default's bytes (the same operations in each thread);
+    // kEmu2's software exponentials stay within the bounds above.
+    if (c.hd != 128) continue;
+    const cuda::AttentionShape a = cuda::check_attention(p);
+    Tensor scratch = gpu_->alloc({cuda::attention_fp8_bytes(t, c.heads, a.nseq) + 256}, DType::U8);
+    const auto base = (reinterpret_cast<uintptr_t>(scratch.data()) + 255) / 256 * 256;
+    const cuda::FlashFp8Operands ops = cuda::attention_fp8_layout(reinterpret_cast<void*>(base), t, c.heads, a.nseq);
+    cuda::attention_fp8_quantize(p, a, ops, s);
+    for (const auto v : {cuda::Fp8FlashVariant::kPingPong, cuda::Fp8FlashVariant::kThreeStages,
+                         cuda::Fp8FlashVariant::kEmu2}) {
+      p.o = poisoned(want8.shape(), DType::BF16);
+      p.lse = poisoned({t, c.heads}, DType::F32);
+      cuda::attention_flash_fp8(p, a, ops, s, v);
+      const Tensor o_v = down(p.o), lse_v = down(p.lse);
+      const std::string what = str_cat(c.name, ", FP8 variant ", static_cast<int>(v));
+      if (v != cuda::Fp8FlashVariant::kEmu2) {
+        EXPECT_EQ(count_diff(o_v, got, "FP8 flash variant"), 0) << what;
+        EXPECT_EQ(count_diff(lse_v, got_lse, "FP8 flash variant lse"), 0) << what;
+      } else {
+        const test::Diff dv = test::compare(o_v, want8);
+        std::printf("FP8 flash attention [%s] kEmu2: vs the CPU's FP8 rel-RMS %.3g, max-abs %.3g, lse max-abs "
+                    "%.3g\n", c.name, dv.rel_rms, dv.max_abs, max_abs_f32(lse_v, want8_lse));
+        EXPECT_LT(dv.rel_rms, 8e-3) << what;
+        EXPECT_LE(dv.max_abs, 0.1) << what;
+        EXPECT_LE(max_abs_f32(lse_v, want8_lse), 1e-2) << what;
+      }
+    }
   }
   // A call the FP8 path cannot take: one error naming it.
   Tensor q = up(random({64, 2, 64}, DType::BF16));

@@ -4,8 +4,12 @@
 // attention over samples that cross key tiles (1-token and empty samples
 // included), the bytes do not depend on the thread count, any head dim runs
 // on the CPU, and a call without the lse fails with one error naming it.
+// Also exp2_fma_f32 (ops/numerics.h), the software exponential the CUDA
+// kernel's softmax uses for part of its values: its error bound, exact
+// powers of two, and its edges.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -84,6 +88,21 @@ TEST(AttentionFp8, AnyHeadDimOnTheCpuAndTheLseIsNeeded) {
   EXPECT_LT(test::compare(o, want).rel_rms, 0.07);
   EXPECT_TRUE(test::throws_with([&] { be->attention(params(q, k, v, o, Tensor(), cu)); },
                                 {"attention.fp8", "lse"}));
+}
+
+TEST(AttentionFp8, Exp2FmaWithinItsBoundExactAtIntegersAndFiniteAtMinusInf) {
+  // The softmax's range: x = c s + 8 - m <= 8, far below once a row's maximum moves on.
+  double worst = 0;
+  for (int i = 0; i <= 1330000; ++i) {
+    const float x = -125.0f + 1e-4f * static_cast<float>(i);
+    const double want = std::exp2(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(static_cast<double>(exp2_fma_f32(x)) - want) / want);
+  }
+  EXPECT_LT(worst, 1.03e-4);
+  for (int j = -125; j <= 8; ++j) EXPECT_EQ(exp2_fma_f32(static_cast<float>(j)), std::ldexp(1.0f, j)) << j;
+  EXPECT_EQ(exp2_fma_f32(-INFINITY), std::ldexp(1.0f, -125));  // a masked key: as good as 0 next to l >= 1
+  EXPECT_EQ(exp2_fma_f32(-1e30f), std::ldexp(1.0f, -125));
+  EXPECT_TRUE(std::isnan(exp2_fma_f32(NAN)));
 }
 
 }  // namespace
