@@ -8,7 +8,7 @@
 # Usage: bash scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The golden fixtures (official-code outputs, README "Tests") sit beside the clone or where MAGI2_GOLDEN_DIR says.
+# The golden fixtures (official-code outputs, README "Build and test") sit beside the clone or where MAGI2_GOLDEN_DIR says.
 golden="${MAGI2_GOLDEN_DIR:-../shared/golden}"
 if [ ! -d "$golden/dit_tiny" ]; then
   echo "test.sh: no golden fixtures at '$golden' (expected $golden/dit_tiny): clone next to the shared/ folder," \
