@@ -38,11 +38,11 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "cuda/block_scan.cuh"
 #include "cuda/cp_async.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/moe_expert_fused.h"
+#include "cuda/moe_expert_tiles.cuh"
 #include "cuda/tma.h"
 #include "ops/backend_options.h"
 #include "ops/numerics.h"
@@ -51,14 +51,13 @@ namespace magi2::cuda {
 
 namespace {
 
-constexpr int kBM = 128;  // routed rows per tile (64 per consumer warpgroup)
+constexpr int kBM = kExpertTileRows;  // routed rows per tile (64 per consumer warpgroup)
 constexpr int kDH = 256;  // d_head: W13's K (held whole in shared memory) and W2's N
 constexpr int kBC = 32;   // intermediate columns per chunk
 constexpr int kStages13 = 3, kStages2 = 3;
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int kConsumerThreads = 256;
 constexpr int kConsumerWarps = kConsumerThreads / 32;
-constexpr int kScanThreads = 1024;
 static_assert(24 * 128 + 240 * kConsumerThreads <= 168 * kThreads, "setmaxnreg counts fit the launch's registers");
 
 using Bf16 = cute::bfloat16_t;
@@ -108,30 +107,6 @@ using dev::cp_async16;
 __device__ __forceinline__ float bf16_lo(uint32_t p) { return __uint_as_float(p << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t p) { return __uint_as_float(p & 0xffff0000u); }
 
-// tile_start[f] = tiles of the experts before f; tile_start[nf] = all tiles.
-__global__ void expert_tile_scan(const int32_t* __restrict__ offsets, int nf, int32_t* __restrict__ tile_start) {
-  dev::block_exclusive_scan<kScanThreads>(
-      nf, [offsets](int i) { return (offsets[i + 1] - offsets[i] + kBM - 1) / kBM; }, tile_start);
-}
-
-// Tile `tile` (< tile_start[nf]): its expert f (the last f with tile_start[f]
-// <= tile, one with rows), its first routed row and its row count (<= kBM).
-struct Tile {
-  int f;
-  int64_t row0;
-  int rows;
-};
-__device__ __forceinline__ Tile tile_of(int tile, const int32_t* __restrict__ tile_start,
-                                        const int32_t* __restrict__ offsets, int nf) {
-  int lo = 0, hi = nf - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (tile_start[mid] <= tile) lo = mid; else hi = mid - 1;
-  }
-  const int64_t row0 = offsets[lo] + static_cast<int64_t>(tile - tile_start[lo]) * kBM;
-  return {lo, row0, static_cast<int>(min(static_cast<int64_t>(kBM), offsets[lo + 1] - row0))};
-}
-
 __global__ void __launch_bounds__(kThreads, 1)
     expert_fused_kernel(const __grid_constant__ CUtensorMap tm_gate, const __grid_constant__ CUtensorMap tm_up,
                         const __grid_constant__ CUtensorMap tm_down, const uint16_t* __restrict__ r, int64_t ldr,
@@ -141,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   using namespace cute;
   const int tile = static_cast<int>(blockIdx.x);
   if (tile >= tile_start[nf]) return;
-  const Tile t = tile_of(tile, tile_start, offsets, nf);
+  const ExpertTile t = expert_tile_of(tile, tile_start, offsets, nf);
   const int chunks = de / kBC;
 
   extern __shared__ unsigned char smem_raw[];
@@ -328,6 +303,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
+__global__ void expert_tile_scan(const int32_t* __restrict__ offsets, int nf, int32_t* __restrict__ tile_start) {
+  dev::block_exclusive_scan<kExpertScanThreads>(
+      nf, [offsets](int i) { return (offsets[i + 1] - offsets[i] + kExpertTileRows - 1) / kExpertTileRows; },
+      tile_start);
+}
+
 static_assert(kDH == 256 && 2 * kBC == 64, "moe_fused_expert_widths (ops/backend_options.h) states these widths");
 bool moe_expert_fused_supported(int64_t dh, int64_t de) { return moe_fused_expert_widths(dh, de); }
 
@@ -353,7 +334,7 @@ void moe_expert_fused(const ExpertFusedArgs& a, cudaStream_t s) {
       tma_map_2d(a.w_up, TmaElem::kBf16, bank_rows, a.de, a.de, kBC, kDH, CU_TENSOR_MAP_SWIZZLE_64B, "moe_expert_fused w_up");
   const CUtensorMap td = tma_map_2d(a.w_down, TmaElem::kBf16, static_cast<int64_t>(a.nf) * a.de, a.dh, a.dh, 64, kBC,
                                       CU_TENSOR_MAP_SWIZZLE_128B, "moe_expert_fused w_down");
-  expert_tile_scan<<<1, kScanThreads, 0, s>>>(a.offsets, a.nf, a.tile_start);
+  expert_tile_scan<<<1, kExpertScanThreads, 0, s>>>(a.offsets, a.nf, a.tile_start);
   MAGI2_CUDA_CHECK_LAUNCH("moe_expert_fused tile scan");
   // Tiles <= sum over experts of (rows / 128 + 1): the grid's upper bound, no host sync.
   // (A persistent grid of one CTA per SM looping over the tiles measured slower
