@@ -42,7 +42,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/moe_expert_fused.h"
-#include "cuda/moe_expert_tiles.cuh"
+#include "cuda/moe_expert_fused.cuh"
 #include "cuda/tma.h"
 #include "ops/backend_options.h"
 #include "ops/numerics.h"
@@ -90,12 +90,11 @@ struct alignas(1024) Smem {
   Bf16 x[kElemsX];
   Bf16 w13[kStages13][kElemsW13];
   Bf16 w2[kStages2][kElemsW2];
-  uint64_t full13[kStages13], empty13[kStages13], full2[kStages2], empty2[kStages2];
+  ExpertRing<kStages13> ring13;
+  ExpertRing<kStages2> ring2;
 };
 constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + the base's alignment to the swizzle atoms
 
-using Barrier = cutlass::arch::ClusterBarrier;
-using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
 
 // The bf16 roundings use dev::bf16x2_rn (one instruction a pair): a NaN
 // becomes the canonical one, which is what CUTLASS's converter in the epilogue
@@ -123,14 +122,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
-    for (int i = 0; i < kStages13; ++i) {
-      TxBarrier::init(&sm.full13[i], 1);
-      Barrier::init(&sm.empty13[i], kConsumerWarps);
-    }
-    for (int i = 0; i < kStages2; ++i) {
-      TxBarrier::init(&sm.full2[i], 1);
-      Barrier::init(&sm.empty2[i], kConsumerWarps);
-    }
+    sm.ring13.init(kConsumerWarps);
+    sm.ring2.init(kConsumerWarps);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -146,14 +139,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int k0 = t.f * kDH, r0 = t.f * de;
     for (int j = 0; j < chunks; ++j) {
       const int s13 = j % kStages13, s2 = j % kStages2;
-      Barrier::wait(&sm.empty13[s13], ((j / kStages13) & 1) ^ 1);
-      TxBarrier::arrive_and_expect_tx(&sm.full13[s13], kBytesW13);
-      SM90_TMA_LOAD_2D::copy(&tm_gate, &sm.full13[s13], kCacheHint, &sm.w13[s13][0], j * kBC, k0);
-      SM90_TMA_LOAD_2D::copy(&tm_up, &sm.full13[s13], kCacheHint, &sm.w13[s13][kElemsW13 / 2], j * kBC, k0);
-      Barrier::wait(&sm.empty2[s2], ((j / kStages2) & 1) ^ 1);
-      TxBarrier::arrive_and_expect_tx(&sm.full2[s2], kBytesW2);
+      uint64_t* full13 = sm.ring13.acquire(j, kBytesW13);
+      SM90_TMA_LOAD_2D::copy(&tm_gate, full13, kCacheHint, &sm.w13[s13][0], j * kBC, k0);
+      SM90_TMA_LOAD_2D::copy(&tm_up, full13, kCacheHint, &sm.w13[s13][kElemsW13 / 2], j * kBC, k0);
+      uint64_t* full2 = sm.ring2.acquire(j, kBytesW2);
       for (int b = 0; b < kDH / 64; ++b)
-        SM90_TMA_LOAD_2D::copy(&tm_down, &sm.full2[s2], kCacheHint, &sm.w2[s2][b * 64 * kBC], b * 64, r0 + j * kBC);
+        SM90_TMA_LOAD_2D::copy(&tm_down, full2, kCacheHint, &sm.w2[s2][b * 64 * kBC], b * 64, r0 + j * kBC);
     }
     return;
   }
@@ -244,18 +235,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     warpgroup_fence_operand(z);
   };
-  auto wait_full13 = [&](int j) { Barrier::wait(&sm.full13[j % kStages13], (j / kStages13) & 1); };
-  auto wait_full2 = [&](int j) { Barrier::wait(&sm.full2[j % kStages2], (j / kStages2) & 1); };
-  auto release13 = [&](int j) {
-    if (signal) Barrier::arrive(&sm.empty13[j % kStages13]);
-  };
-  auto release2 = [&](int j) {
-    if (signal) Barrier::arrive(&sm.empty2[j % kStages2]);
-  };
   // One chunk: GU(j), then W2(j - 1) from the other Z, then SwiGLU7(j) while W2(j - 1) runs.
   auto step = [&](int j, auto& z_now, auto& z_prev) {
-    wait_full13(j);
-    if (j > 0) wait_full2(j - 1);
+    sm.ring13.wait(j);
+    if (j > 0) sm.ring2.wait(j - 1);
     issue_gu(j, acc_gu);
     if (j > 0) issue_w2(j - 1, z_prev);
     if (j > 0) {
@@ -263,20 +246,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       warpgroup_wait<0>();
     }
-    release13(j);
-    if (j >= 2) release2(j - 2);  // W2(j - 2) finished before W2(j - 1)
+    sm.ring13.release(j, signal);
+    if (j >= 2) sm.ring2.release(j - 2, signal);  // W2(j - 2) finished before W2(j - 1)
     swiglu7_into(acc_gu, z_now);
   };
 
   if (idle) {
-    // It only keeps the empty barriers' counts (after each stage has landed,
-    // so never a phase ahead).
-    for (int j = 0; j < chunks; ++j) {
-      wait_full13(j);
-      release13(j);
-      wait_full2(j);
-      release2(j);
-    }
+    expert_rings_idle(sm.ring13, sm.ring2, chunks, signal);
     return;
   }
   gathered();
@@ -284,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     step(j, z0, z1);
     step(j + 1, z1, z0);
   }
-  wait_full2(chunks - 1);
+  sm.ring2.wait(chunks - 1);
   issue_w2(chunks - 1, z1);
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc_y);

@@ -43,7 +43,7 @@
 #include "cuda/device_fp.cuh"
 #include "cuda/fp8_fragment.cuh"
 #include "cuda/moe_expert_fused.h"
-#include "cuda/moe_expert_tiles.cuh"
+#include "cuda/moe_expert_fused.cuh"
 #include "cuda/tma.h"
 #include "ops/numerics.h"
 
@@ -100,14 +100,12 @@ struct alignas(1024) Smem {
   E4m3 x[kElemsX];
   E4m3 w13[kStages][kElemsW13];
   E4m3 w2[kStages][kNB][kElemsW2];
-  uint64_t full13[kStages], empty13[kStages], full2[kStages], empty2[kStages];
+  ExpertRing<kStages> ring13, ring2;
   float down_scale[kMaxKB][kNB];  // W_down's block scales of the tile's expert, then Z's factors
   float unscale[kNB];
 };
 constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + the base's alignment to the swizzle atoms
 
-using Barrier = cutlass::arch::ClusterBarrier;
-using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
 using dev::bf16x2_rn;
 using dev::cp_async16;
 
@@ -133,12 +131,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
-    for (int i = 0; i < kStages; ++i) {
-      TxBarrier::init(&sm.full13[i], 1);
-      Barrier::init(&sm.empty13[i], kConsumerWarps);
-      TxBarrier::init(&sm.full2[i], 1);
-      Barrier::init(&sm.empty2[i], kConsumerWarps);
-    }
+    sm.ring13.init(kConsumerWarps);
+    sm.ring2.init(kConsumerWarps);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -150,19 +144,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int r13 = t.f * de, r2 = t.f * kDH;
     for (int j = 0; j < chunks; ++j) {
       const int s = j % kStages;
-      const uint32_t phase = ((j / kStages) & 1) ^ 1;
-      Barrier::wait(&sm.empty13[s], phase);
-      TxBarrier::arrive_and_expect_tx(&sm.full13[s], kBytesW13);
+      uint64_t* full13 = sm.ring13.acquire(j, kBytesW13);
       // [gate K-block 0 | up K-block 0 | gate K-block 1 | up K-block 1], 32 rows each (LayoutW13's order).
       for (int kb = 0; kb < kDH / kFp8Block; ++kb) {
         E4m3* at = &sm.w13[s][kb * 2 * kBoxRows13 * kFp8Block];
-        SM90_TMA_LOAD_2D::copy(&tm_gate, &sm.full13[s], kCacheHint, at, kb * kFp8Block, r13 + j * kBC);
-        SM90_TMA_LOAD_2D::copy(&tm_up, &sm.full13[s], kCacheHint, at + kBoxRows13 * kFp8Block, kb * kFp8Block,
+        SM90_TMA_LOAD_2D::copy(&tm_gate, full13, kCacheHint, at, kb * kFp8Block, r13 + j * kBC);
+        SM90_TMA_LOAD_2D::copy(&tm_up, full13, kCacheHint, at + kBoxRows13 * kFp8Block, kb * kFp8Block,
                                r13 + j * kBC);
       }
-      Barrier::wait(&sm.empty2[s], phase);
-      TxBarrier::arrive_and_expect_tx(&sm.full2[s], kBytesW2);
-      SM90_TMA_LOAD_2D::copy(&tm_down, &sm.full2[s], kCacheHint, &sm.w2[s][0][0], j * kBC, r2);
+      SM90_TMA_LOAD_2D::copy(&tm_down, sm.ring2.acquire(j, kBytesW2), kCacheHint, &sm.w2[s][0][0], j * kBC, r2);
     }
     return;
   }
@@ -293,18 +283,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     warpgroup_fence_operand(z0);
     warpgroup_fence_operand(z1);
   };
-  auto wait_full13 = [&](int j) { Barrier::wait(&sm.full13[j % kStages], (j / kStages) & 1); };
-  auto wait_full2 = [&](int j) { Barrier::wait(&sm.full2[j % kStages], (j / kStages) & 1); };
-  auto release13 = [&](int j) {
-    if (signal) Barrier::arrive(&sm.empty13[j % kStages]);
-  };
-  auto release2 = [&](int j) {
-    if (signal) Barrier::arrive(&sm.empty2[j % kStages]);
-  };
   // One chunk: GU(j), then W2(j - 1) from the other Z, then Z(j) while W2(j - 1) runs.
   auto step = [&](int j, auto& zn0, auto& zn1, auto& zp0, auto& zp1) {
-    wait_full13(j);
-    if (j > 0) wait_full2(j - 1);
+    sm.ring13.wait(j);
+    if (j > 0) sm.ring2.wait(j - 1);
     issue_gu(j);
     if (j > 0) issue_w2(j - 1, zp0, zp1);
     if (j > 0) {
@@ -312,18 +294,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       warpgroup_wait<0>();
     }
-    release13(j);
-    if (j >= 2) release2(j - 2);  // W2(j - 2) finished before W2(j - 1)
+    sm.ring13.release(j, signal);
+    if (j >= 2) sm.ring2.release(j - 2, signal);  // W2(j - 2) finished before W2(j - 1)
     swiglu7_into(j, zn0, zn1);
   };
 
-  if (idle) {  // only the empty barriers' counts (after each stage has landed, so never a phase ahead)
-    for (int j = 0; j < chunks; ++j) {
-      wait_full13(j);
-      release13(j);
-      wait_full2(j);
-      release2(j);
-    }
+  if (idle) {
+    expert_rings_idle(sm.ring13, sm.ring2, chunks, signal);
     return;
   }
   dev::cp_async_wait<0>();
@@ -333,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     step(j, z00, z01, z10, z11);
     step(j + 1, z10, z11, z00, z01);
   }
-  wait_full2(chunks - 1);
+  sm.ring2.wait(chunks - 1);
   issue_w2(chunks - 1, z10, z11);
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc_y0);
