@@ -486,6 +486,15 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
   const bool prefetched = prefetched_ != nullptr && prefetched_ == prm.w_gate.data();
   if (prefetched_ != nullptr) MAGI2_CUDA_CHECK(cudaStreamWaitEvent(s, side_->ready, 0));
   prefetched_ = nullptr;
+  if (w8a8) {  // the banks to K-major once for every pass
+    Plan& pl = *plan_;
+    if (!pl.w8a8) {
+      check_not_capturing(s, "moe_experts: no W8A8 workspace planned; run one eager forward before capturing a "
+                          "CUDA graph");
+      pl.w8a8 = std::make_unique<MoeW8a8>(mh * ne, pl.max_rows, dh, de, alloc_);
+    }
+    pl.w8a8->transpose_banks(prm, s);
+  }
   if (fused && !w8a8 && prm.w_gate.dtype() == DType::F8E4M3) {
     const int64_t nf = static_cast<int64_t>(mh) * ne, bank = nf * dh * de;
     uint16_t* buf = dequant_buffer(3, bank, s);
@@ -543,12 +552,7 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
                                                i32(p.pos), i32(p.src), ps.weight,
                                                weighted_w2 ? static_cast<float*>(p.wrow.get()) : nullptr);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts route order");
-  if (w8a8) {
-    if (!p.w8a8) {
-      check_not_capturing(s, "moe_experts: no W8A8 workspace planned; run one eager forward before capturing a "
-                          "CUDA graph");
-      p.w8a8 = std::make_unique<MoeW8a8>(nf, p.max_rows, dh, de, alloc_);
-    }
+  if (w8a8) {  // MoeExpertsRunner::run made p.w8a8 and transposed the banks
     p.w8a8->run(prm, i32(p.offsets), i32(p.src), static_cast<const float*>(p.wrow.get()),
                 static_cast<uint16_t*>(p.y.get()), i32(p.tile_start), s, mark);
     combine(true);

@@ -47,16 +47,15 @@ __global__ void w8a8_gather_quant(const uint16_t* __restrict__ r, int64_t ldr, i
   }
 }
 
-// out[f] = q[f]^T for each expert f with routed rows: q [F, rows, cols] e4m3
-// -> out [F, cols, rows]. One 64 x 64 byte tile per block (256 threads, 16
-// bytes each way); rows and cols are multiples of 64. kVtOrder (W_down): each
+// out[f] = q[f]^T for each expert f: q [F, rows, cols] e4m3 -> out [F, cols,
+// rows]. One 64 x 64 byte tile per block (256 threads, 16 bytes each way);
+// rows and cols are multiples of 64. kVtOrder (W_down): each
 // 32 columns of an out row in fp8_vt_key's order, the k order of the fused
 // kernel's Z fragment (fp8_vt_key keeps a position within its 16).
 template <bool kVtOrder>
 __global__ void transpose_expert_bank(const uint8_t* __restrict__ q, int64_t rows, int64_t cols,
-                                      const int32_t* __restrict__ offsets, uint8_t* __restrict__ out) {
+                                      uint8_t* __restrict__ out) {
   const int64_t f = blockIdx.z;
-  if (offsets[f + 1] == offsets[f]) return;
   __shared__ alignas(16) uint8_t tile[kTile][kTile + 16];
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const uint8_t* qf = q + f * rows * cols;
@@ -104,6 +103,24 @@ MoeW8a8::MoeW8a8(int experts, int64_t max_rows, int64_t dh, int64_t de, const De
 
 MoeW8a8::~MoeW8a8() = default;
 
+void MoeW8a8::transpose_banks(const MoeExpertsParams& p, cudaStream_t s) {
+  const int nf = experts_;
+  MAGI2_CHECK(p.r.size(1) / p.num_heads == dh_ && p.w_gate.size(2) == de_ && p.w_gate.size(0) == nf,
+              "moe_experts W8A8: shapes differ from the planned ones");
+  const int64_t bank = static_cast<int64_t>(nf) * dh_ * de_;
+  auto transpose = [&](const Tensor& w, uint8_t* to, bool vt_order) {
+    const int64_t rows = w.size(1), cols = w.size(2);
+    const dim3 grid(static_cast<unsigned>(cols / kTile), static_cast<unsigned>(rows / kTile),
+                    static_cast<unsigned>(nf));
+    auto* kernel = vt_order ? transpose_expert_bank<true> : transpose_expert_bank<false>;
+    kernel<<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(w.data()), rows, cols, to);
+    MAGI2_CUDA_CHECK_LAUNCH("moe_experts W8A8 bank transposition");
+  };
+  transpose(p.w_gate, bt_, false);
+  transpose(p.w_up, bt_ + bank, false);
+  transpose(p.w_down, bt_ + 2 * bank, true);
+}
+
 void MoeW8a8::run(const MoeExpertsParams& p, const int32_t* offsets, const int32_t* src, const float* wrow,
                   uint16_t* y, int32_t* tile_start, cudaStream_t s, const std::function<void(int)>& mark) {
   const int mh = p.num_heads, nf = experts_;
@@ -112,19 +129,8 @@ void MoeW8a8::run(const MoeExpertsParams& p, const int32_t* offsets, const int32
   w8a8_gather_quant<<<blocks_for(max_rows_ * 32, 256), 256, 0, s>>>(
       static_cast<const uint16_t*>(p.r.data()), p.r.row_stride(), mh, dh_, src, offsets, nf, max_rows_, xq_, xs_);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts W8A8 gather");
-  const int64_t bank = static_cast<int64_t>(nf) * dh_ * de_;
-  auto transpose = [&](const Tensor& w, uint8_t* to, bool vt_order) {
-    const int64_t rows = w.size(1), cols = w.size(2);
-    const dim3 grid(static_cast<unsigned>(cols / kTile), static_cast<unsigned>(rows / kTile),
-                    static_cast<unsigned>(nf));
-    auto* kernel = vt_order ? transpose_expert_bank<true> : transpose_expert_bank<false>;
-    kernel<<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(w.data()), rows, cols, offsets, to);
-    MAGI2_CUDA_CHECK_LAUNCH("moe_experts W8A8 bank transposition");
-  };
-  transpose(p.w_gate, bt_, false);
-  transpose(p.w_up, bt_ + bank, false);
-  transpose(p.w_down, bt_ + 2 * bank, true);
   if (mark) mark(0);
+  const int64_t bank = static_cast<int64_t>(nf) * dh_ * de_;
 #if MAGI2_HAVE_CUTLASS
   moe_expert_fused_fp8({.xq = xq_, .xs = xs_, .dh = dh_, .de = de_, .offsets = offsets, .nf = nf,
                         .max_rows = max_rows_, .gate_t = bt_, .up_t = bt_ + bank, .down_t = bt_ + 2 * bank,

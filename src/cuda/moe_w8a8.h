@@ -32,13 +32,19 @@ class MoeW8a8 {
   MoeW8a8(const MoeW8a8&) = delete;
   MoeW8a8& operator=(const MoeW8a8&) = delete;
 
-  /// Enqueues the quantising gather, the bank transpositions and the fused
-  /// kernel on `s` for checked params with FP8 banks: `src` [R] the source row
+  /// Enqueues the transposition of the three FP8 banks of `p` to K-major into
+  /// the scratch on `s` (W_down^T's columns in fp8_vt_key order): once per
+  /// layer call, before its token passes' run(). Every expert, so the bytes
+  /// do not depend on the routing. Capturable.
+  void transpose_banks(const MoeExpertsParams& p, cudaStream_t s);
+
+  /// Enqueues the quantising gather and the fused kernel of one token pass on
+  /// `s` for checked params with FP8 banks (after transpose_banks): `src` [R] the source row
   /// (token * MH + head) of each expert-ordered row, `offsets` [F + 1] the
   /// expert row offsets, `wrow` [R] the rows' routing weights (all three from
   /// the route sort), `y` [R, DH] bf16 receives bf16(Y x weight) for the
   /// weighted combine, `tile_start` [F + 1] int32 scratch. `mark(i)` as
-  /// MoeExpertsRunner::run: 0 gather and transpositions, 1-3 the kernel. No host sync, no
+  /// MoeExpertsRunner::run: 0 gather, 1-3 the kernel. No host sync, no
   /// allocation: capturable.
   void run(const MoeExpertsParams& p, const int32_t* offsets, const int32_t* src, const float* wrow, uint16_t* y,
            int32_t* tile_start, cudaStream_t s, const std::function<void(int)>& mark);
