@@ -18,9 +18,10 @@
 // the reference only in the GEMM's fp32 summation order and in G/U being
 // rounded to bf16 before SwiGLU7, whose sigmoid runs on the SFU (the tests
 // bound it by bf16 tolerances).
-// FP8 banks with fp8_compute = W8A8 leave after the sort for the W8A8 pass
-// (moe_w8a8.h: quantising gather, K-major banks, the FP8 fused kernel) and
-// share the fused kernel's plan and weighted combine.
+// FP8 banks with fp8_compute = W8A8 (moe_w8a8.h) have their banks transposed
+// to K-major once per call, before the passes; after each pass's sort come the
+// quantising gather and the FP8 fused kernel, with the fused kernel's plan and
+// weighted combine.
 #include <algorithm>
 #include <array>
 #include <cstdint>
