@@ -6,7 +6,8 @@
 // and mHC both as the reference kernels and as the opt-in fused ones
 // (src/cuda/fused_kernels.h; the fused post + residual also with its first
 // kernel, MhcPostKernel::kRing); next to a cuBLASLt bf16 8192^3 GEMM and a
-// device-to-device copy of the same run. Not a test: prints a markdown
+// device-to-device copy of the same run; the routed experts also with FP8
+// banks (W8A16 and W8A8, docs/fp8.md). Not a test: prints a markdown
 // table (docs/perf.md). Usage: bench_moe [tokens ...] (default 29872 115888,
 // the 272p and 540p packings of ../shared/perf-anchor.md).
 #include <cuda_runtime.h>
@@ -152,6 +153,33 @@ int run(int argc, char** argv) {
   Tensor w_gate = b.fill({nf, kDh, kDe}, DType::BF16, 3.f / std::sqrt(static_cast<float>(kDh)));
   Tensor w_up = b.fill({nf, kDh, kDe}, DType::BF16, 3.f / std::sqrt(static_cast<float>(kDh)));
   Tensor w_down = b.fill({nf, kDe, kDh}, DType::BF16, 1.7f / std::sqrt(static_cast<float>(kDe)));
+  // FP8 banks (random e4m3 codes, positive block scales near those of the bf16 banks' quantisation).
+  struct Fp8Banks {
+    Tensor g, u, d, gs, us, ds;
+    MoeExpertsParams with(MoeExpertsParams p, Fp8Compute m) const {
+      p.w_gate = g, p.w_up = u, p.w_down = d, p.w_gate_scale = gs, p.w_up_scale = us, p.w_down_scale = ds;
+      p.fp8_compute = m;
+      return p;
+    }
+  } e8;
+  {
+    auto codes = [&](const Shape& sh, uint64_t seed) {
+      Tensor t = b.be->alloc(sh, DType::F8E4M3);
+      cuda::fill_random(t, seed, 0.25f, b.s);
+      return t;
+    };
+    auto scales = [&](const Shape& sh, float mid) {
+      Tensor h = Tensor::empty(sh, DType::F32);
+      std::uniform_real_distribution<float> u(0.5f * mid, 1.5f * mid);
+      for (int64_t i = 0; i < h.numel(); ++i) h.data_as<float>()[i] = u(b.rng);
+      Tensor d = b.be->alloc(sh, DType::F32);
+      b.be->copy({.src = h, .dst = d});
+      return d;
+    };
+    const int64_t kb = kDh / 128, nb = kDe / 128;
+    e8 = {codes({nf, kDh, kDe}, 11), codes({nf, kDh, kDe}, 12), codes({nf, kDe, kDh}, 13),
+          scales({nf, kb, nb}, 4.2e-4f), scales({nf, kb, nb}, 4.2e-4f), scales({nf, nb, kb}, 1.1e-4f)};
+  }
   const cuda::DeviceAlloc dev_alloc = [](size_t bytes) {
     void* p = nullptr;
     MAGI2_CUDA_CHECK(cudaMalloc(&p, bytes));
@@ -206,6 +234,11 @@ int run(int argc, char** argv) {
     experts_rows("natural: ", b.stage_ms(runner, ep));
     experts_rows("natural, fused experts (gather, W13, SwiGLU7 and W2 in the W13 row): ", b.stage_ms(fused, ep));
     experts_rows("natural, SwiGLU7 in the gate GEMM's epilogue (inside the W13 row): ", b.stage_ms(epilogue, ep));
+    experts_rows("natural, FP8 W8A16 (dequantisation in the sort + gather row, the bf16 fused kernel): ",
+                 b.stage_ms(fused, e8.with(ep, Fp8Compute::W8A16)));
+    experts_rows("natural, FP8 W8A8 (quantising gather and bank transpositions in the sort + gather row, the FP8 "
+                 "fused kernel in the W13 row): ",
+                 b.stage_ms(fused, e8.with(ep, Fp8Compute::W8A8)));
 
     // Skewed: forced routing, distinct experts per (head, token), expert 0 of
     // head 0 taking the first route of the first 8,192 tokens.
@@ -226,6 +259,7 @@ int run(int argc, char** argv) {
       experts_rows("skewed (8,192 rows on one expert): ", b.stage_ms(runner, ep));
       experts_rows("skewed, fused experts: ", b.stage_ms(fused, ep));
       experts_rows("skewed, epilogues: ", b.stage_ms(epilogue, ep));
+      experts_rows("skewed, FP8 W8A8: ", b.stage_ms(fused, e8.with(ep, Fp8Compute::W8A8)));
     }
 
     // One mHC boundary pair (logits + pre before a branch, post + residual after).

@@ -11,7 +11,9 @@
 #   ~3 min), full (bench_attention --fp8, then the whole 114B model in FP8 at 272p
 #   and 540p with --attention-compute fp8 (LIN=1: and --linear-compute fp8) and without; needs an
 #   H200, ~8 min), lin (the op table, then the 272p step in bf16 and with FP8 linears on cuBLASLt and
-#   on CUTLASS; ~4 min), tests (every other CUDA test binary, ~1 min).
+#   on CUTLASS; ~4 min), tests (every other CUDA test binary, ~1 min), w8a8 (the W8A8 fused expert kernel:
+#   its tests and bench_moe at 272p; ~4 min), w8a8full (on an H200 the whole model with W8A8 experts,
+#   BASE=1: and with W8A16; ~6 min).
 # Logs go to $OUT (the device tool's result folder; /tmp/fp8-out elsewhere). Each step has its own
 # timeout, so a hung kernel costs only its step.
 set -u
@@ -73,6 +75,24 @@ case $phase in
       step "$t" 150 "./$t"; summary "$t" 6
     done
     ;;
-  *) echo "device_fp8.sh: PHASE must be check, full, lin or tests, got '$phase'" >&2; exit 2 ;;
+  w8a8)
+    # The W8A8 fused expert kernel (moe_expert_fused_fp8.cu): its tests, the MoE tests beside it, then
+    # bench_moe at 272p (bf16, W8A16 and W8A8 routed experts in one run). ~4 min.
+    step w8a8 240 ./test_cuda_fp8_w8a8; summary w8a8 16
+    grep -E "rel-RMS" "$out/w8a8.log" | head -8
+    step moe 150 ./test_cuda_moe_grouped; summary moe 6
+    step fp8e 150 ./test_cuda_fp8_experts; summary fp8e 6
+    step bench_moe 240 ./bench_moe ${TOKENS:-29872}
+    grep -E "^cuBLAS|^device|^\| natural(, fused| experts|, FP8)|^\| skewed, (fused|FP8)" "$out/bench_moe.log" |
+      grep -E "^cu|^dev|total|W13|sort" | head -24
+    ;;
+  w8a8full)
+    # On an H200 (>= 120 GB): the whole model with W8A8 experts, then (BASE=1) with W8A16, both with FP8
+    # attention, one process each. ~6 min.
+    b="./magi2 bench --weights fp8-experts --full-model --resolutions ${RES:-272p,540p} --steps 2 --warmup 1 --attention-compute fp8"
+    step full_w8a8 ${T1:-300} $b --fp8-compute w8a8; bench_lines full_w8a8 30
+    [ -n "${BASE:-}" ] && { step full_w8a16 ${T2:-280} $b; bench_lines full_w8a16 30; }
+    ;;
+  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8 or w8a8full, got '$phase'" >&2; exit 2 ;;
 esac
 exit $rc

@@ -1,12 +1,16 @@
 // The W8A8 routed experts, CPU reference (docs/fp8.md, MoeExpertsParams::
 // fp8_compute): FP8 weights (e4m3, 128 x 128 block scales) times FP8
-// activations (e4m3, one scale per row and 1 x 128 group along K). The routed
-// row is quantised before W13 and Z = bf16(SwiGLU7(G, U)) before W2 (ops/
-// numerics.h fp8_act_scale / fp8_act_quant, the rule the CUDA kernels share);
-// each GEMM output is the fp32 sum over its K-blocks of (the fp32 sum of the
-// block's e4m3 x e4m3 products, ascending k) * (a_scale * w_scale). The other
-// rounding points are the W8A16 reference's (moe.cpp): G/U fp32, Z bf16,
-// c = bf16(Y * w), the fp32 combine in ascending expert id, one bf16 rounding.
+// activations. The routed row is quantised before W13 with one scale per
+// 1 x 128 group (ops/numerics.h fp8_act_scale / fp8_act_quant); G and U are
+// the fp32 sums over their K-blocks of (the fp32 sum of the block's e4m3 x
+// e4m3 products, ascending k) * (a_scale * w_scale); Z = SwiGLU7(G, U) in fp32
+// is quantised with W_down's block scales folded in (fp8_z_factor: no group
+// amax, since |Z| < 56), one e4m3 copy of Z per output column block; Y is the
+// fp32 sum over all of d_expert of those products times fp8_z_unscale. Then
+// c = bf16(Y * w) and the fp32 combine in ascending expert id, one bf16
+// rounding, as the W8A16 reference (moe.cpp). The CUDA fused kernel
+// (moe_expert_fused_fp8.cu) has these rounding points; its tensor cores sum
+// the products in their own order.
 #include <algorithm>
 #include <vector>
 
@@ -48,25 +52,46 @@ struct Fp8Matrix {
       for (int64_t c = 0; c < n; ++c) out[c] += part[c] * fp8_block_scale(xs[b], ws[c / kFp8Block]);
     }
   }
+
+  // W_down with Z's factors folded in (ops/numerics.h fp8_z_factor): for each
+  // column block j, zq = e4m3(z * factor(ws_f[b, j], smax_j)) over all K, then
+  // out[c] = (sum_d zq[d] * W_f[d, c]) * fp8_z_unscale(smax_j); zq: scratch of k floats.
+  void gemv_z(int64_t f, const float* z, float* zq, float* out) const {
+    const float* tab = e4m3_values().v;
+    const float* sf = scale + f * kb * nb;
+    for (int64_t j = 0; j < nb; ++j) {
+      float smax = 0.0f;
+      for (int64_t b = 0; b < kb; ++b) smax = fp8_amax_step(smax, sf[b * nb + j]);
+      for (int64_t d = 0; d < k; ++d) zq[d] = tab[f32_to_e4m3_bits(z[d] * fp8_z_factor(sf[(d / kFp8Block) * nb + j], smax))];
+      const int64_t c0 = j * kFp8Block, c1 = std::min<int64_t>(n, c0 + kFp8Block);
+      std::fill(out + c0, out + c1, 0.0f);
+      for (int64_t d = 0; d < k; ++d) {
+        const float zd = zq[d];
+        const uint8_t* w = q + (f * k + d) * n;
+        for (int64_t c = c0; c < c1; ++c) out[c] += zd * tab[w[c]];
+      }
+      const float un = fp8_z_unscale(smax);
+      for (int64_t c = c0; c < c1; ++c) out[c] *= un;
+    }
+  }
 };
 
 // One thread's expert state for combine_routed_experts: the routed row is
-// quantised once (row()), then per route G, U (W8A8 GEMVs), Z = bf16(SwiGLU7),
-// Z quantised, Y = the W8A8 GEMV with W_down.
+// quantised once (row()), then per route G, U (W8A8 GEMVs), Z = SwiGLU7 in
+// fp32, Y = W_down's GEMV with Z's folded factors.
 struct W8a8Expert {
   const Fp8Matrix &wg, &wu, &wd;
   int64_t dh, de;
-  std::vector<float> xq, xs, g, u, z, zq, zs, part;
+  std::vector<float> xq, xs, g, u, z, zq, part;
   W8a8Expert(const Fp8Matrix& g_, const Fp8Matrix& u_, const Fp8Matrix& d_, int64_t dh_, int64_t de_)
       : wg(g_), wu(u_), wd(d_), dh(dh_), de(de_), xq(dh_), xs((dh_ + kFp8ActGroup - 1) / kFp8ActGroup), g(de_),
-        u(de_), z(de_), zq(de_), zs((de_ + kFp8ActGroup - 1) / kFp8ActGroup), part(std::max(dh_, de_)) {}
+        u(de_), z(de_), zq(de_), part(std::max(dh_, de_)) {}
   void row(const float* x) { quantize_groups(x, dh, xq.data(), xs.data()); }
   void route(int64_t f, float* y) {
     wg.gemv(f, xq.data(), xs.data(), part.data(), g.data());
     wu.gemv(f, xq.data(), xs.data(), part.data(), u.data());
-    for (int64_t c = 0; c < de; ++c) z[c] = round_bf16(swiglu7_exact_f32(g[c], u[c]));
-    quantize_groups(z.data(), de, zq.data(), zs.data());
-    wd.gemv(f, zq.data(), zs.data(), part.data(), y);
+    for (int64_t c = 0; c < de; ++c) z[c] = swiglu7_exact_f32(g[c], u[c]);
+    wd.gemv_z(f, z.data(), zq.data(), y);
   }
 };
 

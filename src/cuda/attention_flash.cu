@@ -48,6 +48,7 @@
 #include "core/error.h"
 #include "cuda/attention_flash.h"
 #include "cuda/attention_tiles.cuh"
+#include "cuda/fp8_fragment.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/tma.h"
@@ -123,48 +124,6 @@ __device__ __forceinline__ float quad_max(float x) {
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-// Four fp32 values -> their e4m3 bytes in one register (v0 the low byte), RNE, saturating.
-__device__ __forceinline__ uint32_t e4m3x4_rn(float v0, float v1, float v2, float v3) {
-  uint32_t r;
-  asm("{\n .reg .b16 lo, hi;\n cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
-      " mov.b32 %0, {lo, hi};\n}"
-      : "=r"(r)
-      : "f"(v0), "f"(v1), "f"(v2), "f"(v3));
-  return r;
-}
-
-// FP8: the accumulator value of S (flat index of the thread's fragment) that
-// becomes value v (0..15) of k-step s of P's e4m3 A fragment. Register q =
-// v / 4 of the k-step holds (row r, keys 4t..), (row r + 8, keys 4t..), then
-// the same for the next 16 keys; byte v % 4 takes accumulator values
-// {0, 1, 4, 5} (+ 2 for row r + 8, + 8 for the next 16 keys) of the k-step's 16.
-__host__ __device__ constexpr int p8_acc_index(int s, int v) {
-  const int q = v / 4, b = v % 4;
-  return 16 * s + (q >= 2 ? 8 : 0) + (q % 2) * 2 + (b % 2) + 4 * (b / 2);
-}
-
-// Compile-time check that P needs no shuffle: for threads of every role and every value of
-// P's A fragment (CuTe's ALayout, m + 64 k) the accumulator value
-// p8_acc_index picks (CuTe's CLayout of S, m + 64 n) lies in the same row and
-// at key 32 s + fp8_vt_key(k), the key V^T's column k holds.
-template <class MmaS, class MmaO, int kBN>
-constexpr bool p8_fragment_matches_vt() {
-  using AL = typename MmaO::Atom::Traits::ALayout;
-  using CL = typename MmaS::Atom::Traits::CLayout;
-  // Lanes 0-3 span t = lane % 4; 4, 9, 31 the row groups; 32, 77, 127 other warps
-  // (EDG's constexpr step limit does not allow all 128 threads).
-  constexpr int kThreadsChecked[] = {0, 1, 2, 3, 4, 9, 31, 32, 77, 127};
-  for (int thr : kThreadsChecked)
-    for (int v = 0; v < 16; ++v) {
-      const int a = static_cast<int>(AL{}(thr, v)), m = a % 64, k = a / 64;
-      for (int s = 0; s < kBN / 32; ++s) {
-        const int c = static_cast<int>(CL{}(thr, p8_acc_index(s, v)));
-        if (c % 64 != m || c / 64 != 32 * s + fp8_vt_key(k)) return false;
-      }
-    }
-  return true;
 }
 
 // The FP8 scales of the kernel (FlashFp8Operands); unused in bf16.

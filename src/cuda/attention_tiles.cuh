@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "ops/fp8_attention_layout.h"  // attn_tiles_bound
+#include "cuda/fp8_fragment.cuh"  // fp8_vt_key
 #include "ops/numerics.h"
 
 namespace magi2::cuda {
@@ -34,15 +35,6 @@ __device__ __forceinline__ bool attn_tile(int tile, const int32_t* __restrict__ 
     first += tiles;
   }
   return false;
-}
-
-/// The key (0..127) that column L of an FP8 V^T tile row holds: the order of
-/// P's e4m3 registers in attention_flash's FP8 kernel, where the A fragment's
-/// keys 4t + u of each 16 (t = 0..3, u = 0..3) are the accumulator's keys
-/// 2t + (u & 1) + 8 (u >> 1) (checked at compile time in attention_flash.cu).
-__host__ __device__ constexpr int fp8_vt_key(int L) {
-  const int w = L & 15, t = w >> 2, u = w & 3;
-  return (L & ~15) | (2 * t + (u & 1) + 8 * (u >> 1));
 }
 
 }  // namespace magi2::cuda

@@ -38,11 +38,11 @@
 #include <mutex>
 
 #include "core/error.h"
-#include "cuda/block_scan.cuh"
 #include "cuda/cp_async.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/moe_expert_fused.h"
+#include "cuda/moe_expert_fused.cuh"
 #include "cuda/tma.h"
 #include "ops/backend_options.h"
 #include "ops/numerics.h"
@@ -51,14 +51,13 @@ namespace magi2::cuda {
 
 namespace {
 
-constexpr int kBM = 128;  // routed rows per tile (64 per consumer warpgroup)
+constexpr int kBM = kExpertTileRows;  // routed rows per tile (64 per consumer warpgroup)
 constexpr int kDH = 256;  // d_head: W13's K (held whole in shared memory) and W2's N
 constexpr int kBC = 32;   // intermediate columns per chunk
 constexpr int kStages13 = 3, kStages2 = 3;
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int kConsumerThreads = 256;
 constexpr int kConsumerWarps = kConsumerThreads / 32;
-constexpr int kScanThreads = 1024;
 static_assert(24 * 128 + 240 * kConsumerThreads <= 168 * kThreads, "setmaxnreg counts fit the launch's registers");
 
 using Bf16 = cute::bfloat16_t;
@@ -91,12 +90,11 @@ struct alignas(1024) Smem {
   Bf16 x[kElemsX];
   Bf16 w13[kStages13][kElemsW13];
   Bf16 w2[kStages2][kElemsW2];
-  uint64_t full13[kStages13], empty13[kStages13], full2[kStages2], empty2[kStages2];
+  ExpertRing<kStages13> ring13;
+  ExpertRing<kStages2> ring2;
 };
 constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + the base's alignment to the swizzle atoms
 
-using Barrier = cutlass::arch::ClusterBarrier;
-using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
 
 // The bf16 roundings use dev::bf16x2_rn (one instruction a pair): a NaN
 // becomes the canonical one, which is what CUTLASS's converter in the epilogue
@@ -108,30 +106,6 @@ using dev::cp_async16;
 __device__ __forceinline__ float bf16_lo(uint32_t p) { return __uint_as_float(p << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t p) { return __uint_as_float(p & 0xffff0000u); }
 
-// tile_start[f] = tiles of the experts before f; tile_start[nf] = all tiles.
-__global__ void expert_tile_scan(const int32_t* __restrict__ offsets, int nf, int32_t* __restrict__ tile_start) {
-  dev::block_exclusive_scan<kScanThreads>(
-      nf, [offsets](int i) { return (offsets[i + 1] - offsets[i] + kBM - 1) / kBM; }, tile_start);
-}
-
-// Tile `tile` (< tile_start[nf]): its expert f (the last f with tile_start[f]
-// <= tile, one with rows), its first routed row and its row count (<= kBM).
-struct Tile {
-  int f;
-  int64_t row0;
-  int rows;
-};
-__device__ __forceinline__ Tile tile_of(int tile, const int32_t* __restrict__ tile_start,
-                                        const int32_t* __restrict__ offsets, int nf) {
-  int lo = 0, hi = nf - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (tile_start[mid] <= tile) lo = mid; else hi = mid - 1;
-  }
-  const int64_t row0 = offsets[lo] + static_cast<int64_t>(tile - tile_start[lo]) * kBM;
-  return {lo, row0, static_cast<int>(min(static_cast<int64_t>(kBM), offsets[lo + 1] - row0))};
-}
-
 __global__ void __launch_bounds__(kThreads, 1)
     expert_fused_kernel(const __grid_constant__ CUtensorMap tm_gate, const __grid_constant__ CUtensorMap tm_up,
                         const __grid_constant__ CUtensorMap tm_down, const uint16_t* __restrict__ r, int64_t ldr,
@@ -141,21 +115,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   using namespace cute;
   const int tile = static_cast<int>(blockIdx.x);
   if (tile >= tile_start[nf]) return;
-  const Tile t = tile_of(tile, tile_start, offsets, nf);
+  const ExpertTile t = expert_tile_of(tile, tile_start, offsets, nf);
   const int chunks = de / kBC;
 
   extern __shared__ unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
-    for (int i = 0; i < kStages13; ++i) {
-      TxBarrier::init(&sm.full13[i], 1);
-      Barrier::init(&sm.empty13[i], kConsumerWarps);
-    }
-    for (int i = 0; i < kStages2; ++i) {
-      TxBarrier::init(&sm.full2[i], 1);
-      Barrier::init(&sm.empty2[i], kConsumerWarps);
-    }
+    sm.ring13.init(kConsumerWarps);
+    sm.ring2.init(kConsumerWarps);
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
@@ -171,14 +139,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int k0 = t.f * kDH, r0 = t.f * de;
     for (int j = 0; j < chunks; ++j) {
       const int s13 = j % kStages13, s2 = j % kStages2;
-      Barrier::wait(&sm.empty13[s13], ((j / kStages13) & 1) ^ 1);
-      TxBarrier::arrive_and_expect_tx(&sm.full13[s13], kBytesW13);
-      SM90_TMA_LOAD_2D::copy(&tm_gate, &sm.full13[s13], kCacheHint, &sm.w13[s13][0], j * kBC, k0);
-      SM90_TMA_LOAD_2D::copy(&tm_up, &sm.full13[s13], kCacheHint, &sm.w13[s13][kElemsW13 / 2], j * kBC, k0);
-      Barrier::wait(&sm.empty2[s2], ((j / kStages2) & 1) ^ 1);
-      TxBarrier::arrive_and_expect_tx(&sm.full2[s2], kBytesW2);
+      uint64_t* full13 = sm.ring13.acquire(j, kBytesW13);
+      SM90_TMA_LOAD_2D::copy(&tm_gate, full13, kCacheHint, &sm.w13[s13][0], j * kBC, k0);
+      SM90_TMA_LOAD_2D::copy(&tm_up, full13, kCacheHint, &sm.w13[s13][kElemsW13 / 2], j * kBC, k0);
+      uint64_t* full2 = sm.ring2.acquire(j, kBytesW2);
       for (int b = 0; b < kDH / 64; ++b)
-        SM90_TMA_LOAD_2D::copy(&tm_down, &sm.full2[s2], kCacheHint, &sm.w2[s2][b * 64 * kBC], b * 64, r0 + j * kBC);
+        SM90_TMA_LOAD_2D::copy(&tm_down, full2, kCacheHint, &sm.w2[s2][b * 64 * kBC], b * 64, r0 + j * kBC);
     }
     return;
   }
@@ -269,18 +235,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     warpgroup_fence_operand(z);
   };
-  auto wait_full13 = [&](int j) { Barrier::wait(&sm.full13[j % kStages13], (j / kStages13) & 1); };
-  auto wait_full2 = [&](int j) { Barrier::wait(&sm.full2[j % kStages2], (j / kStages2) & 1); };
-  auto release13 = [&](int j) {
-    if (signal) Barrier::arrive(&sm.empty13[j % kStages13]);
-  };
-  auto release2 = [&](int j) {
-    if (signal) Barrier::arrive(&sm.empty2[j % kStages2]);
-  };
   // One chunk: GU(j), then W2(j - 1) from the other Z, then SwiGLU7(j) while W2(j - 1) runs.
   auto step = [&](int j, auto& z_now, auto& z_prev) {
-    wait_full13(j);
-    if (j > 0) wait_full2(j - 1);
+    sm.ring13.wait(j);
+    if (j > 0) sm.ring2.wait(j - 1);
     issue_gu(j, acc_gu);
     if (j > 0) issue_w2(j - 1, z_prev);
     if (j > 0) {
@@ -288,20 +246,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       warpgroup_wait<0>();
     }
-    release13(j);
-    if (j >= 2) release2(j - 2);  // W2(j - 2) finished before W2(j - 1)
+    sm.ring13.release(j, signal);
+    if (j >= 2) sm.ring2.release(j - 2, signal);  // W2(j - 2) finished before W2(j - 1)
     swiglu7_into(acc_gu, z_now);
   };
 
   if (idle) {
-    // It only keeps the empty barriers' counts (after each stage has landed,
-    // so never a phase ahead).
-    for (int j = 0; j < chunks; ++j) {
-      wait_full13(j);
-      release13(j);
-      wait_full2(j);
-      release2(j);
-    }
+    expert_rings_idle(sm.ring13, sm.ring2, chunks, signal);
     return;
   }
   gathered();
@@ -309,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     step(j, z0, z1);
     step(j + 1, z1, z0);
   }
-  wait_full2(chunks - 1);
+  sm.ring2.wait(chunks - 1);
   issue_w2(chunks - 1, z1);
   warpgroup_wait<0>();
   warpgroup_fence_operand(acc_y);
@@ -327,6 +278,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 }  // namespace
+
+__global__ void expert_tile_scan(const int32_t* __restrict__ offsets, int nf, int32_t* __restrict__ tile_start) {
+  dev::block_exclusive_scan<kExpertScanThreads>(
+      nf, [offsets](int i) { return (offsets[i + 1] - offsets[i] + kExpertTileRows - 1) / kExpertTileRows; },
+      tile_start);
+}
 
 static_assert(kDH == 256 && 2 * kBC == 64, "moe_fused_expert_widths (ops/backend_options.h) states these widths");
 bool moe_expert_fused_supported(int64_t dh, int64_t de) { return moe_fused_expert_widths(dh, de); }
@@ -353,7 +310,7 @@ void moe_expert_fused(const ExpertFusedArgs& a, cudaStream_t s) {
       tma_map_2d(a.w_up, TmaElem::kBf16, bank_rows, a.de, a.de, kBC, kDH, CU_TENSOR_MAP_SWIZZLE_64B, "moe_expert_fused w_up");
   const CUtensorMap td = tma_map_2d(a.w_down, TmaElem::kBf16, static_cast<int64_t>(a.nf) * a.de, a.dh, a.dh, 64, kBC,
                                       CU_TENSOR_MAP_SWIZZLE_128B, "moe_expert_fused w_down");
-  expert_tile_scan<<<1, kScanThreads, 0, s>>>(a.offsets, a.nf, a.tile_start);
+  expert_tile_scan<<<1, kExpertScanThreads, 0, s>>>(a.offsets, a.nf, a.tile_start);
   MAGI2_CUDA_CHECK_LAUNCH("moe_expert_fused tile scan");
   // Tiles <= sum over experts of (rows / 128 + 1): the grid's upper bound, no host sync.
   // (A persistent grid of one CTA per SM looping over the tiles measured slower

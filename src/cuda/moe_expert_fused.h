@@ -53,4 +53,41 @@ bool moe_expert_fused_supported(int64_t dh, int64_t de);
 /// strides, a TMA descriptor the driver refuses, a failed launch.
 void moe_expert_fused(const ExpertFusedArgs& a, cudaStream_t s);
 
+/// One call of the W8A8 fused routed experts (moe_expert_fused_fp8.cu,
+/// docs/fp8.md). Routed row p (expert order, offsets as above) is xq[p] [dh]
+/// e4m3 with scales xs[p] [dh / 128] f32 (one per 1 x 128 group: the
+/// quantising gather of moe_w8a8.cu). Banks, all e4m3 and K-major: gate_t,
+/// up_t [nf, de, dh] (W_gate, W_up transposed), down_t [nf, dh, de] (W_down
+/// transposed, each 32 columns of de in fp8_vt_key order); their scales as
+/// the checkpoint stores them for the untransposed banks: gate_scale,
+/// up_scale [nf, dh / 128, de / 128], down_scale [nf, de / 128, dh / 128].
+/// y [rows, dh] bf16: y[p] = bf16((Y x fp8_z_unscale) x wrow[p]) with the
+/// rounding points of cpu/moe_w8a8.cpp. tile_start: nf + 1 int32 of scratch.
+struct ExpertFusedFp8Args {
+  const uint8_t* xq = nullptr;
+  const float* xs = nullptr;
+  int64_t dh = 0, de = 0;
+  const int32_t* offsets = nullptr;  ///< [nf + 1] on the device
+  int nf = 0;
+  int64_t max_rows = 0;  ///< upper bound of offsets[nf] (sizes the grid; no host sync)
+  const uint8_t* gate_t = nullptr;
+  const uint8_t* up_t = nullptr;
+  const uint8_t* down_t = nullptr;
+  const float* gate_scale = nullptr;
+  const float* up_scale = nullptr;
+  const float* down_scale = nullptr;
+  const float* wrow = nullptr;
+  uint16_t* y = nullptr;
+  int32_t* tile_start = nullptr;
+};
+
+/// Whether the W8A8 fused kernel takes these widths: d_head 256 and d_expert a
+/// multiple of 128 up to 8192, built with CUTLASS/CuTe.
+bool moe_expert_fused_fp8_supported(int64_t dh, int64_t de);
+
+/// Enqueues the W8A8 fused routed experts on `s` (the tile scan, then one CTA
+/// per tile). Capturable: no host sync, no allocation. Errors: unsupported
+/// widths, misaligned pointers, a TMA descriptor the driver refuses, a failed launch.
+void moe_expert_fused_fp8(const ExpertFusedFp8Args& a, cudaStream_t s);
+
 }  // namespace magi2::cuda

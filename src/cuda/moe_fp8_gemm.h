@@ -1,7 +1,9 @@
-// W8A8 grouped GEMM over a flat FP8 expert bank (CUTLASS 3.x sm90 ptr-array
-// grouped GEMM with blockwise scaling, KernelPtrArrayTmaWarpSpecialized-
-// CooperativeFP8Blockwise; problem shapes on the device). Host-only header:
-// the CUTLASS types stay inside moe_fp8_gemm_bf16.cu / moe_fp8_gemm_f32.cu.
+// W8A8 grouped GEMM over a flat FP8 bank of matrices (CUTLASS 3.x sm90
+// ptr-array grouped GEMM with blockwise scaling, KernelPtrArrayTmaWarp-
+// SpecializedCooperativeFP8Blockwise; problem shapes on the device): the FP8
+// linears' fallback (linear_fp8_gemm.cu). The W8A8 routed experts ran on it
+// until the fused kernel (moe_expert_fused_fp8.cu) replaced it. Host-only
+// header: the CUTLASS types stay inside linear_fp8_gemm.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,10 +36,6 @@ class Fp8ExpertGemm {
                    const float* const* sb, void* d, cudaStream_t s) = 0;
 };
 
-/// bf16 output (W13: gate and up). Error when CUTLASS cannot run the shape. moe_fp8_gemm_bf16.cu.
-std::unique_ptr<Fp8ExpertGemm> make_fp8_expert_gemm_bf16(const ExpertGemmShape& shape, const DeviceAlloc& alloc);
-/// fp32 output (W2: the combine applies the routing weight). moe_fp8_gemm_f32.cu.
-std::unique_ptr<Fp8ExpertGemm> make_fp8_expert_gemm_f32(const ExpertGemmShape& shape, const DeviceAlloc& alloc);
 /// bf16 output with K-major weight scales: sb[s] f32 [F, n / 128, k / 128] (the
 /// 128 x 128 blocks of F stacked [n, k] matrices, a linear weight's [out, in]
 /// layout: LinearParams::w_scale); everything else as above. The FP8 linears

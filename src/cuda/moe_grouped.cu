@@ -18,8 +18,10 @@
 // the reference only in the GEMM's fp32 summation order and in G/U being
 // rounded to bf16 before SwiGLU7, whose sigmoid runs on the SFU (the tests
 // bound it by bf16 tolerances).
-// FP8 banks with fp8_compute = W8A8 leave after the sort for the W8A8 pass
-// (moe_w8a8.h: quantising gather, FP8 grouped GEMMs) and share the combine.
+// FP8 banks with fp8_compute = W8A8 (moe_w8a8.h) have their banks transposed
+// to K-major once per call, before the passes; after each pass's sort come the
+// quantising gather and the FP8 fused kernel, with the fused kernel's plan and
+// weighted combine.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -271,7 +273,6 @@ struct MoeExpertsRunner::Plan {
   std::shared_ptr<void> wrow;
   std::shared_ptr<void> tile_start;
   std::unique_ptr<MoeW8a8> w8a8;  // FP8 experts with --fp8-compute w8a8: made on the first such call
-  size_t xp_bytes = 0, hbuf_bytes = 0;
   std::unique_ptr<ExpertGemm> w13, w2;  // W13Kernel::kGrouped: gate and up in one GEMM, fp32 W2
 };
 
@@ -439,12 +440,10 @@ void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, i
   }
 #endif
   p->xp = get(p->max_rows * dh, 2);
-  p->xp_bytes = static_cast<size_t>(p->max_rows * dh) * 2;
   p->hbuf = get(p->max_rows * 2 * de, 2);
-  p->hbuf_bytes = static_cast<size_t>(p->max_rows * 2 * de) * 2;  // the W8A8 pass borrows these two
   p->y = get(p->max_rows * dh, 4);
 #if MAGI2_HAVE_CUTLASS
-  // kFused runs the epilogues where the fused kernel does not apply (W8A8, unaligned rows, other widths).
+  // kFused runs the epilogues where the fused kernel does not apply (unaligned rows, other widths).
   const W13Kernel w13 = w13_kernel();
   p->epilogue_w13 = w13 == W13Kernel::kEpilogue || w13 == W13Kernel::kFused;
   if (p->epilogue_w13) {
@@ -470,12 +469,17 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
   MAGI2_CHECK(supports(dh, de, k), "moe_experts: the grouped path needs widths that are multiples of 8 and top-k <= ",
               kMaxK);
   if (t == 0) return;
-  // The fused kernel: bf16 banks, or FP8 banks dequantised to bf16 (not W8A8),
+  // The fused kernel: bf16 banks, or FP8 banks dequantised to bf16 (W8A16),
   // its widths, and rows it can copy 16 bytes at a time (every pass's rows
   // then too: a pass starts n0 x ldr elements on, ldr a multiple of 8).
+  // W8A8 always runs its own fused kernel (moe_w8a8.h), with the same plan.
   const bool w8a8 = prm.w_gate.dtype() == DType::F8E4M3 && prm.fp8_compute == Fp8Compute::W8A8;
-  const bool fused = MAGI2_HAVE_CUTLASS && w13_kernel() == W13Kernel::kFused && moe_fused_expert_widths(dh, de) &&
-                     !w8a8 && reinterpret_cast<uintptr_t>(prm.r.data()) % 16 == 0 && prm.r.row_stride() % 8 == 0;
+  const bool fused = MAGI2_HAVE_CUTLASS &&
+                     (w8a8 || (w13_kernel() == W13Kernel::kFused && moe_fused_expert_widths(dh, de) &&
+                               reinterpret_cast<uintptr_t>(prm.r.data()) % 16 == 0 && prm.r.row_stride() % 8 == 0));
+  if (w8a8)
+    MAGI2_CHECK(MoeW8a8::supports(dh, de), "moe_experts: --fp8-compute w8a8 on CUDA needs d_head 256, d_expert a "
+                "multiple of 128 up to 8192 and CUTLASS (d_head ", dh, ", d_expert ", de, ")");
   plan(t, mh, ne, k, dh, de, fused, s);
   // FP8 banks for the fused kernel: dequantised once for every pass, by the
   // prefetch (joined here) or now. Any pending prefetch is joined either way.
@@ -483,7 +487,16 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
   const bool prefetched = prefetched_ != nullptr && prefetched_ == prm.w_gate.data();
   if (prefetched_ != nullptr) MAGI2_CUDA_CHECK(cudaStreamWaitEvent(s, side_->ready, 0));
   prefetched_ = nullptr;
-  if (fused && prm.w_gate.dtype() == DType::F8E4M3) {
+  if (w8a8) {  // the banks to K-major once for every pass
+    Plan& pl = *plan_;
+    if (!pl.w8a8) {
+      check_not_capturing(s, "moe_experts: no W8A8 workspace planned; run one eager forward before capturing a "
+                          "CUDA graph");
+      pl.w8a8 = std::make_unique<MoeW8a8>(mh * ne, pl.max_rows, dh, de, alloc_);
+    }
+    pl.w8a8->transpose_banks(prm, s);
+  }
+  if (fused && !w8a8 && prm.w_gate.dtype() == DType::F8E4M3) {
     const int64_t nf = static_cast<int64_t>(mh) * ne, bank = nf * dh * de;
     uint16_t* buf = dequant_buffer(3, bank, s);
     if (!prefetched) {
@@ -529,9 +542,8 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
     MAGI2_CUDA_CHECK_LAUNCH("moe_experts combine");
   };
   const bool w8a8 = prm.w_gate.dtype() == DType::F8E4M3 && prm.fp8_compute == Fp8Compute::W8A8;
-  // The routing weight in W2's epilogue (with the SwiGLU7 epilogue and in the
-  // fused kernel; not the W8A8 pass, which has its own W2).
-  const bool weighted_w2 = (p.epilogue_w13 || p.fused) && !w8a8;
+  // The routing weight in W2's epilogue (with the SwiGLU7 epilogue and in the fused kernels).
+  const bool weighted_w2 = p.epilogue_w13 || p.fused;
   const dim3 sort_grid(static_cast<unsigned>(chunks), static_cast<unsigned>(mh));
   route_hist<<<sort_grid, kChunk, static_cast<size_t>(ne) * 4, s>>>(ps.idx, ps.hs, routes, ne, chunks, i32(p.cnt));
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts route counts");
@@ -541,15 +553,10 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
                                                i32(p.pos), i32(p.src), ps.weight,
                                                weighted_w2 ? static_cast<float*>(p.wrow.get()) : nullptr);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts route order");
-  if (w8a8) {
-    if (!p.w8a8) {
-      check_not_capturing(s, "moe_experts: no W8A8 workspace planned; run one eager forward before capturing a "
-                          "CUDA graph");
-      p.w8a8 = std::make_unique<MoeW8a8>(nf, p.max_rows, dh, de, LentBuffer{p.xp.get(), p.xp_bytes},
-                                         LentBuffer{p.hbuf.get(), p.hbuf_bytes}, alloc_);
-    }
-    p.w8a8->run(prm, i32(p.offsets), i32(p.src), static_cast<float*>(p.y.get()), s, mark);
-    combine(false);
+  if (w8a8) {  // MoeExpertsRunner::run made p.w8a8 and transposed the banks
+    p.w8a8->run(prm, i32(p.offsets), i32(p.src), static_cast<const float*>(p.wrow.get()),
+                static_cast<uint16_t*>(p.y.get()), i32(p.tile_start), s, mark);
+    combine(true);
     if (mark) mark(4);
     return;
   }

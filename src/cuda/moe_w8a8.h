@@ -1,10 +1,9 @@
 // The W8A8 routed experts on the CUDA backend (docs/fp8.md): after the route
-// sort of moe_grouped.cu, the gathered rows are quantised to e4m3 per 1 x 128
-// group, each expert bank is transposed to K-major e4m3 into a planned scratch
-// (FP8 wgmma reads both operands K-major; the checkpoint stores [K, N]), the
-// W13 and W2 grouped GEMMs run as CUTLASS sm90 blockwise-scaled FP8 GEMMs
-// (moe_fp8_gemm.h), and a separate pass computes bf16(SwiGLU7(G, U)) and
-// quantises it for W2. Host-only header.
+// sort of moe_grouped.cu, the routed rows are quantised to e4m3 per 1 x 128
+// group in expert order, each expert bank is transposed to K-major e4m3 into a
+// planned scratch (FP8 wgmma reads both operands K-major; the checkpoint
+// stores [K, N]), and the fused kernel (moe_expert_fused_fp8.cu) runs W13,
+// SwiGLU7, W2 and the routing weight per tile. Host-only header.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,42 +13,41 @@
 #include <memory>
 #include <vector>
 
-#include "cuda/moe_fp8_gemm.h"
+#include "cuda/moe_gemm.h"  // DeviceAlloc
 #include "ops/ops.h"
 
 namespace magi2::cuda {
 
-/// A device buffer lent by the caller (nullptr / 0: none).
-struct LentBuffer {
-  void* ptr = nullptr;
-  size_t bytes = 0;
-};
-
 /// The planned W8A8 pass of one shape: F flat experts, at most max_rows routed
-/// rows, widths dh, de (multiples of 128). Workspace: the e4m3 rows [R, DH]
-/// (in `rows` when it is large enough), their scales [R, DH / 128] f32, the
-/// W13 output [R, 2 DE] bf16 (in `h` when large enough), Z in e4m3 written in
-/// place over the start of each W13 output row, its scales [R, DE / 128] f32,
-/// and two transposed e4m3 banks [F, DE, DH] (2 F DH DE bytes: 2 GB at the
-/// release width). Allocated at construction: never during graph capture.
+/// rows, d_head dh and d_expert de (moe_fused_fp8_expert_widths). Workspace:
+/// the e4m3 rows [R, DH], their scales [R, DH / 128] f32 and three transposed
+/// e4m3 banks (3 F DH DE bytes: 3 GB at the release width). Allocated at
+/// construction: never during graph capture.
 class MoeW8a8 {
  public:
-  /// Whether the W8A8 grouped path handles these widths (multiples of 128, CUTLASS built in).
+  /// Whether the W8A8 path handles these widths (the fused kernel's, CUTLASS built in).
   static bool supports(int64_t dh, int64_t de);
-  MoeW8a8(int experts, int64_t max_rows, int64_t dh, int64_t de, LentBuffer rows, LentBuffer h,
-          const DeviceAlloc& alloc);
+  MoeW8a8(int experts, int64_t max_rows, int64_t dh, int64_t de, const DeviceAlloc& alloc);
   ~MoeW8a8();
   MoeW8a8(const MoeW8a8&) = delete;
   MoeW8a8& operator=(const MoeW8a8&) = delete;
 
-  /// Enqueues gather + quantise, W13, SwiGLU7 + quantise and W2 on `s` for
-  /// checked params with FP8 banks: `src` [R] the source row (token * MH + head)
-  /// of each expert-ordered row, `offsets` [F + 1] the expert row offsets (both
-  /// from the route sort), `y` [R, DH] fp32 receives W2's output (unweighted,
-  /// for the combine). `mark(i)` as MoeExpertsRunner::run: 0 gather, 1 W13,
-  /// 2 SwiGLU7, 3 W2. No host sync, no allocation: capturable.
-  void run(const MoeExpertsParams& p, const int32_t* offsets, const int32_t* src, float* y, cudaStream_t s,
-           const std::function<void(int)>& mark);
+  /// Enqueues the transposition of the three FP8 banks of `p` to K-major into
+  /// the scratch on `s` (W_down^T's columns in fp8_vt_key order): once per
+  /// layer call, before its token passes' run(). Every expert, so the bytes
+  /// do not depend on the routing. Capturable.
+  void transpose_banks(const MoeExpertsParams& p, cudaStream_t s);
+
+  /// Enqueues the quantising gather and the fused kernel of one token pass on
+  /// `s` for checked params with FP8 banks (after transpose_banks): `src` [R] the source row
+  /// (token * MH + head) of each expert-ordered row, `offsets` [F + 1] the
+  /// expert row offsets, `wrow` [R] the rows' routing weights (all three from
+  /// the route sort), `y` [R, DH] bf16 receives bf16(Y x weight) for the
+  /// weighted combine, `tile_start` [F + 1] int32 scratch. `mark(i)` as
+  /// MoeExpertsRunner::run: 0 gather, 1-3 the kernel. No host sync, no
+  /// allocation: capturable.
+  void run(const MoeExpertsParams& p, const int32_t* offsets, const int32_t* src, const float* wrow, uint16_t* y,
+           int32_t* tile_start, cudaStream_t s, const std::function<void(int)>& mark);
 
  private:
   int experts_ = 0;
@@ -57,10 +55,7 @@ class MoeW8a8 {
   std::vector<std::shared_ptr<void>> owned_;
   uint8_t* xq_ = nullptr;  // [R, DH] e4m3
   float* xs_ = nullptr;    // [R, DH / 128]
-  uint16_t* h_ = nullptr;  // [R, 2 DE] bf16; Z e4m3 over the first DE bytes of each row
-  float* zs_ = nullptr;    // [R, DE / 128]
-  uint8_t* bt_ = nullptr;  // two banks [F, DE, DH] e4m3 (W_gate, W_up transposed; then W_down)
-  std::unique_ptr<Fp8ExpertGemm> w13_, w2_;
+  uint8_t* bt_ = nullptr;  // three banks e4m3: W_gate^T, W_up^T [F, DE, DH], W_down^T [F, DH, DE]
 };
 
 }  // namespace magi2::cuda

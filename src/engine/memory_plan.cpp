@@ -65,8 +65,8 @@ constexpr uint64_t kDitBuffers = 1 + 26;
 // the fp32 K/V copies of attention (cpu/attention.cpp) or the fp32 copy of a
 // linear's input (cpu/linear.cpp), whichever is larger. FP8 routed experts on
 // CUDA (docs/fp8.md) add W8A16's dequantised bf16 banks (three for the fused
-// kernel, two for the GEMM path), or W8A8's two transposed e4m3 banks and its
-// activation scales (src/cuda/moe_w8a8.cu). The fused routed-expert kernel is
+// kernel, two for the GEMM path), or W8A8's three transposed e4m3 banks and its
+// e4m3 rows and their scales (src/cuda/moe_w8a8.cu). The fused routed-expert kernel is
 // assumed where it applies (the default; MAGI2_MOE_KERNEL=epilogue|reference
 // are diagnostics and need the GEMM path's larger workspace). FP8 attention
 // (--attention-compute fp8) adds its e4m3 Q, K, V^T and scales
@@ -90,16 +90,15 @@ uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Comput
     // One pass's workspace: a call over more rows runs in token passes (CudaOptions::moe_max_rows).
     const uint64_t tp = moe_pass_tokens(n, static_cast<int64_t>(mh * k), moe_max_rows);
     const uint64_t chunks = (tp * k + 255) / 256, rows = tp * mh * k;
-    // Sort buffers and the rows' routing weights; then the fused kernel's tile
-    // starts and bf16 y (the default kernel where its widths apply, not W8A8),
-    // or the GEMM path's gathered rows, W13 output and fp32 W2 output.
+    // Sort buffers and the rows' routing weights; then a fused kernel's tile
+    // starts and bf16 y (the default kernel where its widths apply; W8A8's
+    // always), or the GEMM path's gathered rows, W13 output and fp32 W2 output.
     const bool w8a8 = fp8 && compute == Fp8Compute::W8A8;
-    const bool fused = moe_fused_expert_widths(static_cast<int64_t>(dh), static_cast<int64_t>(de)) && !w8a8;
+    const bool fused = moe_fused_expert_widths(static_cast<int64_t>(dh), static_cast<int64_t>(de)) || w8a8;
     moe = 4 * (nf * chunks + nf + nf + 1 + 2 * rows) + 4 * rows;
     moe += fused ? 4 * (nf + 1) + rows * dh * 2 : rows * dh * 2 + rows * 2 * de * 2 + rows * dh * 4;
-    const uint64_t groups = (dh + kFp8ActGroup - 1) / kFp8ActGroup + (de + kFp8ActGroup - 1) / kFp8ActGroup;
     if (w8a8)
-      moe += 2 * nf * dh * de + rows * groups * 4;
+      moe += 3 * nf * dh * de + rows * dh + rows * ((dh + kFp8ActGroup - 1) / kFp8ActGroup) * 4;
     else if (fp8)
       moe += (fused ? 3 : 2) * nf * dh * de * 2;
   }

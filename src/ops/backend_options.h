@@ -47,10 +47,17 @@ inline int64_t moe_pass_tokens(int64_t t, int64_t per_token, int64_t max_rows) {
 /// Whether the CUDA backend's fused routed-expert kernel (src/cuda/
 /// moe_expert_fused.h) takes these widths: d_head 256 (one shared-memory tile
 /// of W13's K, W2's N), d_expert a multiple of 64 (pairs of 32-column chunks).
-/// It runs for bf16 banks and FP8 banks dequantised to bf16 (W8A16), not for
-/// W8A8; its workspace has no gathered rows and no W13 output, which the
-/// memory plan counts from this same rule.
+/// It runs for bf16 banks and FP8 banks dequantised to bf16 (W8A16); its
+/// workspace has no gathered rows and no W13 output, which the memory plan
+/// counts from this same rule.
 inline bool moe_fused_expert_widths(int64_t dh, int64_t de) { return dh == 256 && de > 0 && de % 64 == 0; }
+
+/// Whether the CUDA backend's W8A8 fused routed-expert kernel (src/cuda/
+/// moe_expert_fused_fp8.cu, the only W8A8 path on CUDA) takes these widths:
+/// d_head 256, d_expert a multiple of 128 (W_down's K-blocks) up to 8192.
+inline bool moe_fused_fp8_expert_widths(int64_t dh, int64_t de) {
+  return dh == 256 && de > 0 && de % 128 == 0 && de <= 8192;
+}
 
 /// Error (one line naming --cuda-attention) unless every choice is a known name.
 inline void validate(const CudaOptions& o) {

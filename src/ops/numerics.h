@@ -236,6 +236,25 @@ MAGI2_HD float exp2_fma_f32(float x) {
 /// order of CUTLASS's sm90 blockwise-scaled mainloop: acc += partial * (sa * sb)).
 MAGI2_HD float fp8_block_scale(float a_scale, float w_scale) { return a_scale * w_scale; }
 
+/// Z before W_down on the W8A8 routed experts (docs/fp8.md). SwiGLU7's output
+/// is bounded: the gate's factor g sigmoid(1.702 g) lies in (-0.17, 7] (g is
+/// clamped above at 7) and up + 1 in [-6, 8], so |z| < 56 and 8 z fits e4m3's
+/// 448 without a group amax; the fused kernel quantises each 32 columns of Z
+/// as they are made. W_down's 128 x 128 block scales fold into that factor:
+/// for K-block b (128 intermediate columns) and N-block n (128 output columns)
+/// of the expert, Z's e4m3 is q = e4m3(z * fp8_z_factor(ws[b][n], smax[n])),
+/// smax[n] = the largest ws[.][n] (fp8_amax_step over the column block's
+/// scales, NaN sticky), and output column c of block n is (the fp32 sum over
+/// k of q[k] x e4m3 W_down[k][c]) * fp8_z_unscale(smax[n]). ws / smax <= 1, so
+/// a block with a smaller scale than the column's largest keeps fewer of its
+/// small z values above e4m3's normal range (2^-6); no value saturates.
+constexpr float kFp8ZFactor = 8.0f;
+/// 8 (ws / smax): one fp32 division (RNE), the factor 8 exact; 0 where smax is
+/// 0 (all of the column block's weights are 0), NaN where smax is NaN.
+MAGI2_HD float fp8_z_factor(float ws, float smax) { return smax == 0.0f ? 0.0f : kFp8ZFactor * (ws / smax); }
+/// smax / 8, exact: what undoes fp8_z_factor's 8 and the block's scale.
+MAGI2_HD float fp8_z_unscale(float smax) { return smax * (1.0f / kFp8ZFactor); }
+
 /// True when the fp32 bit pattern is not a finite number (NaN or +-inf); safe
 /// under any floating-point flags since it looks only at the exponent bits.
 MAGI2_HD bool is_nonfinite_bits(uint32_t bits) { return (bits & 0x7f800000u) == 0x7f800000u; }

@@ -404,10 +404,11 @@ OpEntry moe_experts_entry(int64_t t, int64_t dh, int64_t de, int mh, int ne, int
           }};
 }
 
-// FP8 routed experts computed as W8A8 (docs/fp8.md): the same inputs as
-// moe_experts_entry with the banks block-quantised on the host. Tolerance of
-// test_cuda_fp8_w8a8.cpp (G/U rounded to bf16 on the device can move a Z
-// element across an e4m3 rounding boundary, one e4m3 step of that element).
+// FP8 routed experts computed as W8A8 (docs/fp8.md; the fused FP8 kernel):
+// the same inputs as moe_experts_entry with the banks block-quantised on the
+// host. Tolerance of test_cuda_fp8_w8a8.cpp (the tensor cores' summation order
+// and the SFU sigmoid can move a Z element across an e4m3 rounding boundary,
+// one e4m3 step of that element).
 OpEntry moe_experts_w8a8_entry(int64_t t, int64_t dh, int64_t de, int mh, int ne, int k) {
   const std::string s = std::to_string(t) + " tokens, " + std::to_string(mh) + " heads x " + std::to_string(ne) +
                         " experts, " + std::to_string(dh) + " -> " + std::to_string(de) + ", top-" +

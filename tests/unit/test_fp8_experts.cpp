@@ -283,6 +283,35 @@ Outputs run_three(const Case& c, uint32_t seed) {
   return o;
 }
 
+// Z's fixed factor (ops/numerics.h fp8_z_factor): SwiGLU7 of any fp32 pair,
+// including the clamps' edges, huge values and infinities, stays below 56 in
+// magnitude, so 8 Z never reaches e4m3's 448; and the factor's edge cases.
+TEST(Fp8W8a8, SwiGLU7IsBoundedSoZNeedsNoGroupScale) {
+  const float edge[] = {-INFINITY, -1e30f, -100.f, -7.f, -1.f, -0.75f, -0.6f, 0.f, 0.5f, 6.99f, 7.f, 7.01f, 1e30f,
+                        INFINITY};
+  float zmax = 0.f;
+  auto take = [&](float g, float u) {
+    const float z = swiglu7_f32(g, u, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+    if (std::isnan(z)) return;
+    zmax = std::max(zmax, std::fabs(z));
+  };
+  for (float g : edge)
+    for (float u : edge) take(g, u);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> d(-12.f, 12.f);
+  for (int i = 0; i < 200000; ++i) take(d(rng), d(rng));
+  EXPECT_LT(zmax, 56.f);
+  EXPECT_LE(kFp8ZFactor * zmax, kE4m3Max);
+  // The factor: 8 for the column's largest scale, smaller (never above 8) for the others, 0 for an
+  // all-zero column block, NaN for a NaN one; the unscale undoes 8 exactly.
+  EXPECT_EQ(fp8_z_factor(3e-4f, 3e-4f), 8.f);
+  EXPECT_EQ(fp8_z_factor(1.5e-4f, 3e-4f), 4.f);
+  EXPECT_LE(fp8_z_factor(2.9999e-4f, 3e-4f), 8.f);
+  EXPECT_EQ(fp8_z_factor(0.f, 0.f), 0.f);
+  EXPECT_TRUE(std::isnan(fp8_z_factor(1e-4f, NAN)));
+  EXPECT_EQ(fp8_z_unscale(3e-4f) * 8.f, 3e-4f);
+}
+
 // At the release widths: W8A8 adds the activation rounding (3 mantissa bits
 // per element, 1 x 128 groups) to W8A16's weight rounding.
 TEST(Fp8W8a8, AccuracyAtTheReleaseWidthBesideW8a16AndBf16) {
