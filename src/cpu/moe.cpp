@@ -155,6 +155,8 @@ void moe_experts(const MoeExpertsParams& p) {
   const int64_t t = p.r.size(0);
   const int mh = p.num_heads, ne = p.num_experts, k = p.top_k;
   MAGI2_CHECK(mh > 0 && ne > 0 && k > 0, "moe_experts: bad head/expert/top-k counts");
+  MAGI2_CHECK(p.bank_layout == ExpertBankLayout::Checkpoint, "moe_experts: the CPU backend reads expert banks in "
+              "the checkpoint's layout, not the CUDA W8A8 kernel's K-major one");
   const int64_t dh = p.r.size(1) / mh;
   check_2d(p.r, t, mh * dh, "moe_experts.r");
   check_2d(p.out, t, mh * dh, "moe_experts.out");

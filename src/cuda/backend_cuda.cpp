@@ -11,6 +11,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/linear.h"
 #include "cuda/mhc_moe.h"
+#include "cuda/moe_w8a8.h"
 #include "cuda/sampler_ops.h"
 #include "cuda/text_ops.h"
 #include "cuda/upload.h"
@@ -181,6 +182,7 @@ class CudaBackend final : public Backend {
     // beside cuDNN (docs/fp8.md; MAGI2_FP8_PREFETCH=0/1 overrides).
     if (moe_) moe_->prefetch(p, stream_, attention_kernel_ != cuda::AttentionKernel::kAuto);
   }
+  void moe_prepare_banks(MoeExpertsParams& p) override;
   void gate(const GateParams& p) override { cuda::gate(p, stream_); }
   void add(const AddParams& p) override { cuda::add(p, stream_); }
   void cast(const CastParams& p) override { cuda::cast(p, stream_); }
@@ -267,6 +269,27 @@ class CudaStepGraph final : public StepGraph {
   cudaGraphExec_t exec_;
   cudaStream_t s_;
 };
+
+void CudaBackend::moe_prepare_banks(MoeExpertsParams& p) {
+  // Only FP8 banks with W8A8 compute at the fused FP8 kernel's widths have a faster layout; anything else
+  // (and bad shapes, which moe_experts names) stays as it is.
+  if (p.bank_layout != ExpertBankLayout::Checkpoint || p.fp8_compute != Fp8Compute::W8A8) return;
+  const Tensor &g = p.w_gate, &u = p.w_up, &d = p.w_down;
+  for (const Tensor* t : {&g, &u, &d})
+    if (!t->defined() || t->dtype() != DType::F8E4M3 || t->dim() != 3 || t->device() != Device::CUDA ||
+        !t->is_contiguous())
+      return;
+  const int64_t nf = g.size(0), dh = g.size(1), de = g.size(2);
+  if (u.shape() != g.shape() || d.shape() != Shape{nf, de, dh} || !cuda::MoeW8a8::supports(dh, de)) return;
+  Tensor gt = alloc({nf, de, dh}, DType::F8E4M3), ut = alloc({nf, de, dh}, DType::F8E4M3),
+         dt = alloc({nf, dh, de}, DType::F8E4M3);
+  cuda::w8a8_banks_to_k_major(p, static_cast<uint8_t*>(gt.data()), static_cast<uint8_t*>(ut.data()),
+                              static_cast<uint8_t*>(dt.data()), stream_);
+  // The old banks may be freed (and their blocks reused) as soon as the caller drops them.
+  MAGI2_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  p.w_gate = gt, p.w_up = ut, p.w_down = dt;
+  p.bank_layout = ExpertBankLayout::KMajorW8a8;
+}
 
 std::unique_ptr<StepGraph> CudaBackend::capture(std::function<void()> body) {
   MAGI2_CHECK(static_cast<bool>(body), "capture: empty step body");

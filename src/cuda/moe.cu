@@ -247,14 +247,20 @@ void moe_experts(const MoeExpertsParams& p, MoeExpertsRunner* grouped, cudaStrea
   check_2d(p.r, t, mh * dh, "moe_experts.r");
   check_2d(p.out, t, mh * dh, "moe_experts.out");
   MAGI2_CHECK(p.r.dtype() == DType::BF16 && p.out.dtype() == DType::BF16, "moe_experts: r and out must be bf16");
-  const int64_t de = p.w_gate.dim() == 3 ? p.w_gate.size(2) : 0;
+  const int64_t de = moe_expert_width(p);
   const Shape up_shape{static_cast<int64_t>(mh) * ne, dh, de};
   const Shape down_shape{static_cast<int64_t>(mh) * ne, de, dh};
   const bool fp8 = p.w_gate.defined() && p.w_gate.dtype() == DType::F8E4M3;
   const DType wt = fp8 ? DType::F8E4M3 : DType::BF16;
-  check_dev(p.w_gate, wt, up_shape, "moe_mlp.W_gate");
-  check_dev(p.w_up, wt, up_shape, "moe_mlp.W_up");
-  check_dev(p.w_down, wt, down_shape, "moe_mlp.W_down");
+  // K-major banks (moe_prepare_banks) hold each expert's matrix transposed; only W8A8 reads them.
+  const bool k_major = p.bank_layout == ExpertBankLayout::KMajorW8a8;
+  MAGI2_CHECK(!k_major || (fp8 && p.fp8_compute == Fp8Compute::W8A8),
+              "moe_experts: K-major expert banks are read only by --fp8-compute w8a8 on FP8 banks");
+  const Shape up_held = k_major ? Shape{up_shape[0], de, dh} : up_shape;
+  const Shape down_held = k_major ? Shape{down_shape[0], dh, de} : down_shape;
+  check_dev(p.w_gate, wt, up_held, "moe_mlp.W_gate");
+  check_dev(p.w_up, wt, up_held, "moe_mlp.W_up");
+  check_dev(p.w_down, wt, down_held, "moe_mlp.W_down");
   if (fp8) {
     check_dev(p.w_gate_scale, DType::F32, fp8_scale_shape(up_shape), "moe_mlp.W_gate_scale_inv");
     check_dev(p.w_up_scale, DType::F32, fp8_scale_shape(up_shape), "moe_mlp.W_up_scale_inv");

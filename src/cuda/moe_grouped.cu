@@ -18,8 +18,9 @@
 // the reference only in the GEMM's fp32 summation order and in G/U being
 // rounded to bf16 before SwiGLU7, whose sigmoid runs on the SFU (the tests
 // bound it by bf16 tolerances).
-// FP8 banks with fp8_compute = W8A8 (moe_w8a8.h) have their banks transposed
-// to K-major once per call, before the passes; after each pass's sort come the
+// FP8 banks with fp8_compute = W8A8 (moe_w8a8.h) are read K-major: held so
+// since the load (ExpertBankLayout::KMajorW8a8, Backend::moe_prepare_banks),
+// or transposed once per call before the passes; after each pass's sort come the
 // quantising gather and the FP8 fused kernel, with the fused kernel's plan and
 // weighted combine.
 #include <algorithm>
@@ -368,7 +369,8 @@ uint16_t* MoeExpertsRunner::dequant_buffer(int banks, int64_t bank_elems, cudaSt
 
 void MoeExpertsRunner::prefetch(const MoeExpertsParams& prm, cudaStream_t s, bool by_default) {
   const int env = fp8_prefetch_from_env();
-  if (prm.w_gate.dtype() != DType::F8E4M3 || prm.fp8_compute != Fp8Compute::W8A16 || env == 0 ||
+  if (prm.w_gate.dtype() != DType::F8E4M3 || prm.fp8_compute != Fp8Compute::W8A16 ||
+      prm.bank_layout != ExpertBankLayout::Checkpoint || env == 0 ||
       (env < 0 && !by_default))
     return;
   const int64_t nf = prm.w_gate.size(0), dh = prm.w_gate.size(1), de = prm.w_gate.size(2);
@@ -465,7 +467,7 @@ void MoeExpertsRunner::plan(int64_t t_call, int mh, int ne, int k, int64_t dh, i
 
 void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const std::function<void(int)>& mark) {
   const int mh = prm.num_heads, ne = prm.num_experts, k = prm.top_k;
-  const int64_t t = prm.r.size(0), dh = prm.r.size(1) / mh, de = prm.w_gate.size(2);
+  const int64_t t = prm.r.size(0), dh = prm.r.size(1) / mh, de = moe_expert_width(prm);
   MAGI2_CHECK(supports(dh, de, k), "moe_experts: the grouped path needs widths that are multiples of 8 and top-k <= ",
               kMaxK);
   if (t == 0) return;
@@ -487,14 +489,14 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
   const bool prefetched = prefetched_ != nullptr && prefetched_ == prm.w_gate.data();
   if (prefetched_ != nullptr) MAGI2_CUDA_CHECK(cudaStreamWaitEvent(s, side_->ready, 0));
   prefetched_ = nullptr;
-  if (w8a8) {  // the banks to K-major once for every pass
+  if (w8a8) {  // the banks to K-major once for every pass, unless held K-major (moe_prepare_banks)
     Plan& pl = *plan_;
     if (!pl.w8a8) {
       check_not_capturing(s, "moe_experts: no W8A8 workspace planned; run one eager forward before capturing a "
                           "CUDA graph");
       pl.w8a8 = std::make_unique<MoeW8a8>(mh * ne, pl.max_rows, dh, de, alloc_);
     }
-    pl.w8a8->transpose_banks(prm, s);
+    if (prm.bank_layout == ExpertBankLayout::Checkpoint) pl.w8a8->transpose_banks(prm, s);
   }
   if (fused && !w8a8 && prm.w_gate.dtype() == DType::F8E4M3) {
     const int64_t nf = static_cast<int64_t>(mh) * ne, bank = nf * dh * de;
@@ -522,7 +524,7 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
 void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::function<void(int)>& mark) {
   const MoeExpertsParams& prm = ps.prm;
   const int mh = prm.num_heads, ne = prm.num_experts, k = prm.top_k;
-  const int64_t t = prm.r.size(0), dh = prm.r.size(1) / mh, de = prm.w_gate.size(2);
+  const int64_t t = prm.r.size(0), dh = prm.r.size(1) / mh, de = moe_expert_width(prm);
   Plan& p = *plan_;
   const int64_t routes = t * k, max_rows = t * mh * k;
   const int chunks = static_cast<int>((routes + kChunk - 1) / kChunk);

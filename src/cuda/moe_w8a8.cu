@@ -87,60 +87,80 @@ bool MoeW8a8::supports(int64_t dh, int64_t de) {
 #endif
 }
 
-MoeW8a8::MoeW8a8(int experts, int64_t max_rows, int64_t dh, int64_t de, const DeviceAlloc& alloc)
-    : experts_(experts), max_rows_(max_rows), dh_(dh), de_(de) {
-  MAGI2_CHECK(supports(dh, de), "moe_experts: --fp8-compute w8a8 on CUDA needs d_head 256, d_expert a multiple of ",
-              kFp8Block, " up to 8192 and CUTLASS (d_head ", dh, ", d_expert ", de, ")");
-  const int64_t r = std::max<int64_t>(max_rows, 1);
-  auto take = [&](size_t bytes) {
-    owned_.push_back(alloc((bytes + 255) / 256 * 256));
-    return owned_.back().get();
-  };
-  xq_ = static_cast<uint8_t*>(take(static_cast<size_t>(r * dh)));
-  xs_ = static_cast<float*>(take(static_cast<size_t>(r * (dh / kFp8Block)) * 4));
-  bt_ = static_cast<uint8_t*>(take(static_cast<size_t>(3 * static_cast<int64_t>(experts) * dh * de)));
-}
-
-MoeW8a8::~MoeW8a8() = default;
-
-void MoeW8a8::transpose_banks(const MoeExpertsParams& p, cudaStream_t s) {
-  const int nf = experts_;
-  MAGI2_CHECK(p.r.size(1) / p.num_heads == dh_ && p.w_gate.size(2) == de_ && p.w_gate.size(0) == nf,
-              "moe_experts W8A8: shapes differ from the planned ones");
-  const int64_t bank = static_cast<int64_t>(nf) * dh_ * de_;
+void w8a8_banks_to_k_major(const MoeExpertsParams& p, uint8_t* gate_t, uint8_t* up_t, uint8_t* down_t,
+                           cudaStream_t s) {
+  const int64_t nf = p.w_gate.size(0);
   auto transpose = [&](const Tensor& w, uint8_t* to, bool vt_order) {
     const int64_t rows = w.size(1), cols = w.size(2);
+    MAGI2_CHECK(rows % kTile == 0 && cols % kTile == 0, "moe_experts W8A8: bank widths ", rows, " x ", cols,
+                " are not multiples of ", kTile);
     const dim3 grid(static_cast<unsigned>(cols / kTile), static_cast<unsigned>(rows / kTile),
                     static_cast<unsigned>(nf));
     auto* kernel = vt_order ? transpose_expert_bank<true> : transpose_expert_bank<false>;
     kernel<<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(w.data()), rows, cols, to);
     MAGI2_CUDA_CHECK_LAUNCH("moe_experts W8A8 bank transposition");
   };
-  transpose(p.w_gate, bt_, false);
-  transpose(p.w_up, bt_ + bank, false);
-  transpose(p.w_down, bt_ + 2 * bank, true);
+  transpose(p.w_gate, gate_t, false);
+  transpose(p.w_up, up_t, false);
+  transpose(p.w_down, down_t, true);
+}
+
+MoeW8a8::MoeW8a8(int experts, int64_t max_rows, int64_t dh, int64_t de, const DeviceAlloc& alloc)
+    : experts_(experts), max_rows_(max_rows), dh_(dh), de_(de), alloc_(alloc) {
+  MAGI2_CHECK(supports(dh, de), "moe_experts: --fp8-compute w8a8 on CUDA needs d_head 256, d_expert a multiple of ",
+              kFp8Block, " up to 8192 and CUTLASS (d_head ", dh, ", d_expert ", de, ")");
+  const int64_t r = std::max<int64_t>(max_rows, 1);
+  xq_ = static_cast<uint8_t*>(take(static_cast<size_t>(r * dh)));
+  xs_ = static_cast<float*>(take(static_cast<size_t>(r * (dh / kFp8Block)) * 4));
+}
+
+MoeW8a8::~MoeW8a8() = default;
+
+void* MoeW8a8::take(size_t bytes) {
+  owned_.push_back(alloc_((bytes + 255) / 256 * 256));
+  return owned_.back().get();
+}
+
+void MoeW8a8::transpose_banks(const MoeExpertsParams& p, cudaStream_t s) {
+  const int nf = experts_;
+  MAGI2_CHECK(p.bank_layout == ExpertBankLayout::Checkpoint && p.r.size(1) / p.num_heads == dh_ &&
+                  p.w_gate.size(2) == de_ && p.w_gate.size(0) == nf,
+              "moe_experts W8A8: shapes differ from the planned ones");
+  if (bt_ == nullptr) {
+    check_not_capturing(s, "moe_experts: no W8A8 bank scratch planned; run one eager forward before capturing a "
+                        "CUDA graph");
+    bt_ = static_cast<uint8_t*>(take(static_cast<size_t>(3 * static_cast<int64_t>(nf) * dh_ * de_)));
+  }
+  const int64_t bank = static_cast<int64_t>(nf) * dh_ * de_;
+  w8a8_banks_to_k_major(p, bt_, bt_ + bank, bt_ + 2 * bank, s);
 }
 
 void MoeW8a8::run(const MoeExpertsParams& p, const int32_t* offsets, const int32_t* src, const float* wrow,
                   uint16_t* y, int32_t* tile_start, cudaStream_t s, const std::function<void(int)>& mark) {
   const int mh = p.num_heads, nf = experts_;
-  MAGI2_CHECK(p.r.size(1) / mh == dh_ && p.w_gate.size(2) == de_ && p.w_gate.size(0) == nf,
+  const bool k_major = p.bank_layout == ExpertBankLayout::KMajorW8a8;
+  MAGI2_CHECK(p.r.size(1) / mh == dh_ && moe_expert_width(p) == de_ && p.w_gate.size(0) == nf,
               "moe_experts W8A8: shapes differ from the planned ones");
+  MAGI2_CHECK(k_major || bt_ != nullptr, "moe_experts W8A8: checkpoint-layout banks reached run() before "
+              "transpose_banks");
   w8a8_gather_quant<<<blocks_for(max_rows_ * 32, 256), 256, 0, s>>>(
       static_cast<const uint16_t*>(p.r.data()), p.r.row_stride(), mh, dh_, src, offsets, nf, max_rows_, xq_, xs_);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts W8A8 gather");
   if (mark) mark(0);
   const int64_t bank = static_cast<int64_t>(nf) * dh_ * de_;
+  const auto* gate_t = k_major ? static_cast<const uint8_t*>(p.w_gate.data()) : bt_;
+  const auto* up_t = k_major ? static_cast<const uint8_t*>(p.w_up.data()) : bt_ + bank;
+  const auto* down_t = k_major ? static_cast<const uint8_t*>(p.w_down.data()) : bt_ + 2 * bank;
 #if MAGI2_HAVE_CUTLASS
   moe_expert_fused_fp8({.xq = xq_, .xs = xs_, .dh = dh_, .de = de_, .offsets = offsets, .nf = nf,
-                        .max_rows = max_rows_, .gate_t = bt_, .up_t = bt_ + bank, .down_t = bt_ + 2 * bank,
+                        .max_rows = max_rows_, .gate_t = gate_t, .up_t = up_t, .down_t = down_t,
                         .gate_scale = static_cast<const float*>(p.w_gate_scale.data()),
                         .up_scale = static_cast<const float*>(p.w_up_scale.data()),
                         .down_scale = static_cast<const float*>(p.w_down_scale.data()), .wrow = wrow, .y = y,
                         .tile_start = tile_start},
                        s);
 #else
-  (void)wrow, (void)y, (void)tile_start;
+  (void)wrow, (void)y, (void)tile_start, (void)gate_t, (void)up_t, (void)down_t;
 #endif
   if (mark)
     for (int i = 1; i <= 3; ++i) mark(i);  // one kernel for W13, SwiGLU7 and W2

@@ -18,11 +18,21 @@
 
 namespace magi2::cuda {
 
+/// Enqueues on `s` the rewrite of the three FP8 banks of `p` (checkpoint
+/// layout, checked shapes: W_gate/W_up [F, DH, DE], W_down [F, DE, DH] e4m3)
+/// into the fused kernel's K-major layout (ExpertBankLayout::KMajorW8a8):
+/// `gate_t`, `up_t` [F, DE, DH] and `down_t` [F, DH, DE] with each 32 columns
+/// of a row in fp8_vt_key order; F DH DE bytes each, not overlapping the
+/// sources. DH and DE multiples of 64. Capturable.
+void w8a8_banks_to_k_major(const MoeExpertsParams& p, uint8_t* gate_t, uint8_t* up_t, uint8_t* down_t,
+                           cudaStream_t s);
+
 /// The planned W8A8 pass of one shape: F flat experts, at most max_rows routed
 /// rows, d_head dh and d_expert de (moe_fused_fp8_expert_widths). Workspace:
-/// the e4m3 rows [R, DH], their scales [R, DH / 128] f32 and three transposed
-/// e4m3 banks (3 F DH DE bytes: 3 GB at the release width). Allocated at
-/// construction: never during graph capture.
+/// the e4m3 rows [R, DH] and their scales [R, DH / 128] f32, allocated at
+/// construction; for banks in the checkpoint layout also three transposed
+/// e4m3 banks (3 F DH DE bytes: 3 GB at the release width), allocated by the
+/// first transpose_banks. Never allocates during graph capture.
 class MoeW8a8 {
  public:
   /// Whether the W8A8 path handles these widths (the fused kernel's, CUTLASS built in).
@@ -32,14 +42,16 @@ class MoeW8a8 {
   MoeW8a8(const MoeW8a8&) = delete;
   MoeW8a8& operator=(const MoeW8a8&) = delete;
 
-  /// Enqueues the transposition of the three FP8 banks of `p` to K-major into
-  /// the scratch on `s` (W_down^T's columns in fp8_vt_key order): once per
-  /// layer call, before its token passes' run(). Every expert, so the bytes
-  /// do not depend on the routing. Capturable.
+  /// Enqueues the transposition of the three FP8 banks of `p` (checkpoint
+  /// layout) to K-major into the scratch on `s` (w8a8_banks_to_k_major): once
+  /// per layer call, before its token passes' run(). Every expert, so the bytes
+  /// do not depend on the routing. Capturable once the scratch exists (Error
+  /// naming the capture otherwise).
   void transpose_banks(const MoeExpertsParams& p, cudaStream_t s);
 
   /// Enqueues the quantising gather and the fused kernel of one token pass on
-  /// `s` for checked params with FP8 banks (after transpose_banks): `src` [R] the source row
+  /// `s` for checked params with FP8 banks, K-major (ExpertBankLayout::
+  /// KMajorW8a8) or in the checkpoint layout after transpose_banks: `src` [R] the source row
   /// (token * MH + head) of each expert-ordered row, `offsets` [F + 1] the
   /// expert row offsets, `wrow` [R] the rows' routing weights (all three from
   /// the route sort), `y` [R, DH] bf16 receives bf16(Y x weight) for the
@@ -52,10 +64,13 @@ class MoeW8a8 {
  private:
   int experts_ = 0;
   int64_t max_rows_ = 0, dh_ = 0, de_ = 0;
+  void* take(size_t bytes);  // a 256-byte-rounded block owned by this pass
+
+  DeviceAlloc alloc_;
   std::vector<std::shared_ptr<void>> owned_;
   uint8_t* xq_ = nullptr;  // [R, DH] e4m3
   float* xs_ = nullptr;    // [R, DH / 128]
-  uint8_t* bt_ = nullptr;  // three banks e4m3: W_gate^T, W_up^T [F, DE, DH], W_down^T [F, DH, DE]
+  uint8_t* bt_ = nullptr;  // checkpoint-layout banks only: W_gate^T, W_up^T [F, DE, DH], W_down^T [F, DH, DE]
 };
 
 }  // namespace magi2::cuda

@@ -247,6 +247,7 @@ struct Engine::State {
     } else {
       dit_weights = model.weights.to_backend(*dit_be, progress);
       model.weights = DitWeights(), model.ckpt = Checkpoint();
+      dit_weights.prepare_banks(*dit_be);  // W8A8 on CUDA: the banks K-major, once
       dit = std::make_unique<Dit>(model.config.arch, dit_weights, *dit_be);
     }
     note("dit", true, planner->dit_weights(), ms_since(t));

@@ -65,8 +65,10 @@ constexpr uint64_t kDitBuffers = 1 + 26;
 // the fp32 K/V copies of attention (cpu/attention.cpp) or the fp32 copy of a
 // linear's input (cpu/linear.cpp), whichever is larger. FP8 routed experts on
 // CUDA (docs/fp8.md) add W8A16's dequantised bf16 banks (three for the fused
-// kernel, two for the GEMM path), or W8A8's three transposed e4m3 banks and its
-// e4m3 rows and their scales (src/cuda/moe_w8a8.cu). The fused routed-expert kernel is
+// kernel, two for the GEMM path), or W8A8's e4m3 rows and their scales and,
+// only where the banks stream (--offload layerwise; resident banks are held
+// K-major since the load, DitWeights::prepare_banks), its three transposed
+// e4m3 banks (src/cuda/moe_w8a8.cu). The fused routed-expert kernel is
 // assumed where it applies (the default; MAGI2_MOE_KERNEL=epilogue|reference
 // are diagnostics and need the GEMM path's larger workspace). FP8 attention
 // (--attention-compute fp8) adds its e4m3 Q, K, V^T and scales
@@ -80,7 +82,7 @@ constexpr int64_t kMinAdvisedMoeRows = 65536;
 constexpr int64_t kAttnFp8Samples = 16;
 
 uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Compute compute, int64_t moe_max_rows,
-                     bool attn_fp8, bool linear_fp8) {
+                     bool attn_fp8, bool linear_fp8, bool layerwise) {
   const uint64_t h = a.num_heads_q(), hd = a.head_dim, d = a.hidden_size;
   if (!cuda) return std::max<uint64_t>(2 * n * h * hd * 4, n * std::max<uint64_t>(a.virtual_width(), a.dense_intermediate()) * 4);
   uint64_t moe = 0;
@@ -98,7 +100,7 @@ uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Comput
     moe = 4 * (nf * chunks + nf + nf + 1 + 2 * rows) + 4 * rows;
     moe += fused ? 4 * (nf + 1) + rows * dh * 2 : rows * dh * 2 + rows * 2 * de * 2 + rows * dh * 4;
     if (w8a8)
-      moe += 3 * nf * dh * de + rows * dh + rows * ((dh + kFp8ActGroup - 1) / kFp8ActGroup) * 4;
+      moe += (layerwise ? 3 * nf * dh * de : 0) + rows * dh + rows * ((dh + kFp8ActGroup - 1) / kFp8ActGroup) * 4;
     else if (fp8)
       moe += (fused ? 3 : 2) * nf * dh * de * 2;
   }
@@ -443,7 +445,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
                     DenoiseLoop::planned_bytes(pack, m.steps, a.out_channels());
   dit.workspace = dit_scratch(a, pack.total_tokens, cuda, s.fp8,
                               fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute"), s.opt.cuda.moe_max_rows,
-                              attn_fp8, lin_fp8);
+                              attn_fp8, lin_fp8, s.layerwise);
   dit.source = str_cat("weights: the official tensor list at its parameter dtypes",
                        dit.weights_mapped ? " (mmap'd views)" : "",
                        s.layerwise ? str_cat(" (--offload layerwise: non-layer tensors + 2 layer slots of ",
@@ -669,7 +671,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
       if (cuda && !a.moe_layers.empty() && !weights_alone) {
         const Fp8Compute fc = fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute");
         for (int64_t r = s.opt.cuda.moe_max_rows / 2; r >= kMinAdvisedMoeRows && rows_fit == 0; r /= 2)
-          if (need - d->workspace + dit_scratch(a, pack.total_tokens, cuda, s.fp8, fc, r, attn_fp8, lin_fp8) <= budget)
+          if (need - d->workspace + dit_scratch(a, pack.total_tokens, cuda, s.fp8, fc, r, attn_fp8, lin_fp8, s.layerwise) <= budget)
             rows_fit = r;
       }
       const std::string rows = rows_fit > 0 ? str_cat("--moe-max-rows ", rows_fit, " (smaller routed-expert passes, "

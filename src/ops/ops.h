@@ -328,6 +328,17 @@ enum class Fp8Compute {
   W8A16,  ///< FP8 weights, bf16 activations (default)
   W8A8,   ///< FP8 weights and FP8 activations (1 x 128 groups)
 };
+/// How the bytes of the routed expert banks are laid out (MoeExpertsParams::
+/// bank_layout). Block scales keep the checkpoint's shape in either layout.
+enum class ExpertBankLayout {
+  /// The official [K, N] per expert: W_gate/W_up [MH*E, DH, DE], W_down [MH*E, DE, DH].
+  Checkpoint,
+  /// FP8 banks in the CUDA W8A8 kernel's K-major layout (Backend::moe_prepare_banks,
+  /// docs/fp8.md): W_gate/W_up [MH*E, DE, DH] (each expert's bank transposed),
+  /// W_down [MH*E, DH, DE] with each 32 columns of a row in fp8_vt_key order
+  /// (cuda/fp8_fragment.cuh). Only that backend's W8A8 path reads it.
+  KMajorW8a8,
+};
 struct MoeExpertsParams {
   Tensor r;
   Tensor w_gate, w_up, w_down;
@@ -339,7 +350,14 @@ struct MoeExpertsParams {
   int num_experts = 0;
   int top_k = 0;
   Fp8Compute fp8_compute = Fp8Compute::W8A16;  ///< FP8 banks only (--fp8-compute)
+  ExpertBankLayout bank_layout = ExpertBankLayout::Checkpoint;  ///< of w_gate, w_up, w_down
 };
+
+/// d_expert (DE) of p's routed expert banks in either layout; 0 when w_gate is not 3-D.
+inline int64_t moe_expert_width(const MoeExpertsParams& p) {
+  if (p.w_gate.dim() != 3) return 0;
+  return p.bank_layout == ExpertBankLayout::KMajorW8a8 ? p.w_gate.size(1) : p.w_gate.size(2);
+}
 
 /// out[:, col_begin : col_begin + src.cols] = src (f32, 2-D, row-strided ok):
 /// the time-channel overwrite of spec §3.8.
@@ -508,6 +526,16 @@ class Backend {
   /// attention core), and moe_experts with the same banks joins it; a
   /// moe_experts call must follow before a capture ends. Default: nothing.
   virtual void moe_prefetch(const MoeExpertsParams& p) {}
+  /// A load-time layout choice, no numerics: rewrites the routed expert banks
+  /// of `p` (w_gate, w_up, w_down on this device, their scales, fp8_compute)
+  /// into the layout this backend's moe_experts reads fastest and sets
+  /// p.bank_layout, replacing the three tensors (the old ones are freed when
+  /// the caller drops them). Call once per bank, before any step, with
+  /// p.bank_layout = Checkpoint. The CUDA backend: FP8 banks with W8A8 compute at
+  /// the fused kernel's widths become KMajorW8a8, so no call transposes them
+  /// again (docs/fp8.md). Default: nothing. Error when the device cannot hold
+  /// the new bank beside the old one.
+  virtual void moe_prepare_banks(MoeExpertsParams& p) {}
   // Audio codec (Stable Audio Open VAE decoder)
   virtual void conv1d(const Conv1dParams& p) = 0;
   virtual void conv_transpose1d(const ConvTranspose1dParams& p) = 0;

@@ -202,8 +202,11 @@ BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend
   if (fp8_from_compute_name(a.linear_compute, "--linear-compute")) host.quantize_linears();
   if (be.device() != Device::CPU && offload_from_name(a.offload, "--offload") == Offload::Layerwise)
     out.offload = std::make_unique<DitOffload>(host, be, copy_queue_for(be));
-  else
+  else {
     out.w = be.device() == Device::CPU ? host : host.to_backend(be);
+    host = DitWeights();  // --full-model: its device banks go as prepare_banks rewrites them
+    out.w.prepare_banks(be);
+  }
   be.synchronize();
   const double upload_ms = ms_between(t_up, clock_t_::now());
   out.info = bench_fp8_modes(a).json();  // weights, fp8_compute, attention_compute, linear_compute

@@ -59,7 +59,8 @@ int run_forward(const ForwardArgs& a) {
   dit.weights.fp8_attention = fp8_from_compute_name(a.attention_compute, "--attention-compute");
   if (fp8_from_compute_name(a.linear_compute, "--linear-compute")) dit.weights.quantize_linears();
   auto be = make_backend_for(a.device, a.threads, {.attention = a.cuda_attention});
-  const DitWeights w = be->device() == Device::CPU ? dit.weights : dit.weights.to_backend(*be);
+  DitWeights w = be->device() == Device::CPU ? dit.weights : dit.weights.to_backend(*be);
+  w.prepare_banks(*be);
   Dit model(dit.config.arch, w, *be);
   const auto t0 = std::chrono::steady_clock::now();
   Tensor out = to_host(*be, model.forward(in, opt));

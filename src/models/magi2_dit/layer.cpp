@@ -65,7 +65,8 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
   // FP8 experts (W8A16): this layer's banks are dequantised on a few SMs beside the attention core.
   if (L.moe)
     be_.moe_prefetch({.w_gate = L.w_gate, .w_up = L.w_up, .w_down = L.w_down, .w_gate_scale = L.w_gate_scale,
-                      .w_up_scale = L.w_up_scale, .w_down_scale = L.w_down_scale, .fp8_compute = w_.fp8_compute});
+                      .w_up_scale = L.w_up_scale, .w_down_scale = L.w_down_scale, .fp8_compute = w_.fp8_compute,
+                      .bank_layout = L.bank_layout});
   be_.mark("attn.core");
   be_.attention({.q = ws.q, .k = ws.k, .v = ws.v, .sinks = L.sinks, .o = ws.o, .cu_seqlens = ws.cu_seqlens,
                  .max_seqlen = ws.max_seqlen,
@@ -133,7 +134,7 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
                    .w_gate_scale = L.w_gate_scale, .w_up_scale = L.w_up_scale, .w_down_scale = L.w_down_scale,
                    .idx = ws.topk_idx,
                    .weight = ws.topk_w, .out = ws.routed, .num_heads = mh, .num_experts = ne, .top_k = k,
-                   .fp8_compute = w_.fp8_compute});
+                   .fp8_compute = w_.fp8_compute, .bank_layout = L.bank_layout});
   be_.mark("moe.split_merge");
   be_.linear({.x = ws.routed, .w = L.merge_linear, .y = ws.merged, .groups = ws.groups1,
               .w_scale = L.merge_linear_scale});

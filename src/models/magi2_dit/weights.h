@@ -78,6 +78,9 @@ struct DitLayerWeights {
   /// (W_gate_scale_inv ...: [MH*E, ceil(DH/128), ceil(DE/128)] and
   /// [MH*E, ceil(DE/128), ceil(DH/128)] f32, w = q * scale); undefined for bf16.
   Tensor w_gate_scale, w_up_scale, w_down_scale;
+  /// The banks' byte layout: Checkpoint (the shapes above) unless to_backend
+  /// rewrote them for the device's W8A8 kernel (MoeExpertsParams::bank_layout).
+  ExpertBankLayout bank_layout = ExpertBankLayout::Checkpoint;
   bool fp8_experts() const { return w_gate.defined() && w_gate.dtype() == DType::F8E4M3; }
   Tensor expert_bias;                 ///< router.expert_bias [MH*E] f32 (training bias)
   Tensor expert_bias_ema;             ///< router.expert_bias_ema [MH*E] f32 (used for selection)
@@ -198,6 +201,13 @@ struct DitWeights {
   /// Errors: out of device memory names the tensor.
   /// `progress` (optional): bytes uploaded so far and in all.
   DitWeights to_backend(Backend& be, const std::function<void(size_t done, size_t total)>& progress = {}) const;
+  /// With FP8 experts on `be`'s device: the routed banks go to the layout the
+  /// backend's moe_experts reads fastest for fp8_compute (Backend::
+  /// moe_prepare_banks; W8A8 on CUDA: K-major, once here instead of once per
+  /// layer call), each distinct bank once, one bank's bytes of extra device
+  /// memory at a time while nothing else holds the old banks (drop the
+  /// to_backend source first). Set fp8_compute before. Banks elsewhere stay.
+  void prepare_banks(Backend& be);
 
   /// Calls f(name, tensor&) for every tensor member, in module order (the
   /// names are short labels for messages, not official checkpoint names).

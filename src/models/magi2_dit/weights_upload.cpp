@@ -36,4 +36,30 @@ DitWeights DitWeights::to_backend(Backend& be, const std::function<void(size_t, 
   return out;
 }
 
+void DitWeights::prepare_banks(Backend& be) {
+  // Once per distinct bank: layers sharing one bank share its rewritten tensors too.
+  std::map<const void*, const DitLayerWeights*> prepared;
+  for (DitLayerWeights& L : layers) {
+    if (!L.moe || !L.fp8_experts() || L.bank_layout != ExpertBankLayout::Checkpoint) continue;
+    if (L.w_gate.device() != be.device()) continue;  // streamed layers keep the checkpoint layout
+    const void* key = L.w_gate.data();
+    if (auto it = prepared.find(key); it != prepared.end()) {
+      const DitLayerWeights& P = *it->second;
+      L.w_gate = P.w_gate, L.w_up = P.w_up, L.w_down = P.w_down, L.bank_layout = P.bank_layout;
+      continue;
+    }
+    MoeExpertsParams banks{.w_gate = L.w_gate, .w_up = L.w_up, .w_down = L.w_down, .w_gate_scale = L.w_gate_scale,
+                           .w_up_scale = L.w_up_scale, .w_down_scale = L.w_down_scale, .fp8_compute = fp8_compute};
+    L.w_gate = Tensor(), L.w_up = Tensor(), L.w_down = Tensor();  // the old banks go when `banks` lets them go
+    try {
+      be.moe_prepare_banks(banks);
+    } catch (...) {
+      L.w_gate = banks.w_gate, L.w_up = banks.w_up, L.w_down = banks.w_down;
+      throw;
+    }
+    L.w_gate = banks.w_gate, L.w_up = banks.w_up, L.w_down = banks.w_down, L.bank_layout = banks.bank_layout;
+    prepared.emplace(key, &L);
+  }
+}
+
 }  // namespace magi2
