@@ -239,6 +239,11 @@ int run(int argc, char** argv) {
     experts_rows("natural, FP8 W8A8 (quantising gather and bank transpositions in the sort + gather row, the FP8 "
                  "fused kernel in the W13 row): ",
                  b.stage_ms(fused, e8.with(ep, Fp8Compute::W8A8)));
+    // The banks held K-major since the load (Backend::moe_prepare_banks): what generate and bench run.
+    MoeExpertsParams ek = e8.with(ep, Fp8Compute::W8A8);
+    b.be->moe_prepare_banks(ek);
+    experts_rows("natural, FP8 W8A8, K-major banks (moe_prepare_banks; quantising gather in the sort + gather row): ",
+                 b.stage_ms(fused, ek));
 
     // Skewed: forced routing, distinct experts per (head, token), expert 0 of
     // head 0 taking the first route of the first 8,192 tokens.
@@ -259,7 +264,7 @@ int run(int argc, char** argv) {
       experts_rows("skewed (8,192 rows on one expert): ", b.stage_ms(runner, ep));
       experts_rows("skewed, fused experts: ", b.stage_ms(fused, ep));
       experts_rows("skewed, epilogues: ", b.stage_ms(epilogue, ep));
-      experts_rows("skewed, FP8 W8A8: ", b.stage_ms(fused, e8.with(ep, Fp8Compute::W8A8)));
+      experts_rows("skewed, FP8 W8A8, K-major banks: ", b.stage_ms(fused, ek));
     }
 
     // One mHC boundary pair (logits + pre before a branch, post + residual after).

@@ -13,7 +13,8 @@
 #   H200, ~8 min), lin (the op table, then the 272p step in bf16 and with FP8 linears on cuBLASLt and
 #   on CUTLASS; ~4 min), tests (every other CUDA test binary, ~1 min), w8a8 (the W8A8 fused expert kernel:
 #   its tests and bench_moe at 272p; ~4 min), w8a8full (on an H200 the whole model with W8A8 experts,
-#   BASE=1: and with W8A16; ~6 min).
+#   BASE=1: and with W8A16; ~6 min), w8a8all (w8a8's test and bench_moe, then the step with W8A8 and W8A16
+#   experts: the whole model on an H200, one shared bank elsewhere; ~8 min).
 # Logs go to $OUT (the device tool's result folder; /tmp/fp8-out elsewhere). Each step has its own
 # timeout, so a hung kernel costs only its step.
 set -u
@@ -93,6 +94,25 @@ case $phase in
     step full_w8a8 ${T1:-300} $b --fp8-compute w8a8; bench_lines full_w8a8 30
     [ -n "${BASE:-}" ] && { step full_w8a16 ${T2:-280} $b; bench_lines full_w8a16 30; }
     ;;
-  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8 or w8a8full, got '$phase'" >&2; exit 2 ;;
+  w8a8all)
+    # One call for the whole W8A8 picture: its test and bench_moe at 272p, then the step with W8A8 and with
+    # W8A16 experts (FP8 attention both): on an H200 the whole 114B model at 272p and 540p (W8A16 at 272p
+    # only, the baseline), elsewhere one shared FP8 bank at 272p. ~8 min on an H200.
+    step w8a8 200 ./test_cuda_fp8_w8a8; summary w8a8 16
+    grep -E "rel-RMS" "$out/w8a8.log" | head -8
+    step bench_moe 200 ./bench_moe ${TOKENS:-29872}
+    grep -E "^cuBLAS|^device|^\| natural(, fused| experts|, FP8)|^\| skewed, (fused|FP8)" "$out/bench_moe.log" |
+      grep -E "^cu|^dev|total|W13|sort" | head -24
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    b="./magi2 bench --weights fp8-experts --steps 2 --warmup 1 --attention-compute fp8"
+    if [ "$mem" -gt 120000 ]; then
+      step full_w8a8 ${T1:-240} $b --full-model --resolutions 272p,540p --fp8-compute w8a8; bench_lines full_w8a8 30
+      step full_w8a16 ${T2:-150} $b --full-model --resolutions 272p; bench_lines full_w8a16 20
+    else
+      step step_w8a8 150 $b --resolutions 272p --fp8-compute w8a8; bench_lines step_w8a8 20
+      step step_w8a16 150 $b --resolutions 272p; bench_lines step_w8a16 20
+    fi
+    ;;
+  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8, w8a8full or w8a8all, got '$phase'" >&2; exit 2 ;;
 esac
 exit $rc

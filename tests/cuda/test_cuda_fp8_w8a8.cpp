@@ -79,6 +79,27 @@ TEST_F(CudaFp8W8a8Test, NearTheCpuW8a8ReferenceAndReplaysBitIdentically) {
     gpu_->moe_experts(p8);
     EXPECT_EQ(count_diff(down(o8), got, "W8A8 run to run"), 0);
     EXPECT_EQ(count_diff(replay_as_graph([&] { gpu_->moe_experts(p8); }, o8), got, "W8A8 graph replay"), 0);
+    // Banks held K-major since the load (Backend::moe_prepare_banks): the same bytes, no transposition.
+    MoeExpertsParams pk = p8;
+    gpu_->moe_prepare_banks(pk);
+    ASSERT_EQ(pk.bank_layout, ExpertBankLayout::KMajorW8a8);
+    EXPECT_EQ(pk.w_gate.shape(), (Shape{c.mh * c.ne, c.de, c.dh}));
+    EXPECT_EQ(pk.w_down.shape(), (Shape{c.mh * c.ne, c.dh, c.de}));
+    EXPECT_EQ(moe_expert_width(pk), c.de);
+    gpu_->moe_experts(pk);
+    EXPECT_EQ(count_diff(down(o8), got, "W8A8 K-major banks"), 0);
+    EXPECT_EQ(count_diff(replay_as_graph([&] { gpu_->moe_experts(pk); }, o8), got, "W8A8 K-major graph replay"), 0);
+    // Only W8A8 reads that layout; W8A16 banks keep the checkpoint's.
+    MoeExpertsParams pw = p16;
+    gpu_->moe_prepare_banks(pw);
+    EXPECT_EQ(pw.bank_layout, ExpertBankLayout::Checkpoint);
+    EXPECT_EQ(pw.w_gate.data(), p16.w_gate.data());
+    // The CPU reads only the checkpoint layout, CUDA's W8A16 path neither reads K-major banks: both refuse.
+    MoeExpertsParams pc = fp8_params(c, b, Tensor::empty(os, DType::BF16), false, Fp8Compute::W8A8);
+    pc.bank_layout = ExpertBankLayout::KMajorW8a8;
+    EXPECT_TRUE(test::throws_with([&] { cpu_->moe_experts(pc); }, {"CPU", "checkpoint's layout"}));
+    pk.fp8_compute = Fp8Compute::W8A16;
+    EXPECT_TRUE(test::throws_with([&] { gpu_->moe_experts(pk); }, {"K-major", "w8a8"}));
   }
 }
 
@@ -143,6 +164,9 @@ TEST_F(CudaFp8W8a8Test, WidthsTheFusedKernelCannotTakeAreRefusedClearly) {
     Tensor o = gpu_->alloc({c.t, c.mh * c.dh}, DType::BF16);
     const MoeExpertsParams p = fp8_params(c, b, o, true, Fp8Compute::W8A8);
     EXPECT_TRUE(test::throws_with([&] { gpu_->moe_experts(p); }, {"w8a8", "d_head 256", "multiple of 128"}));
+    MoeExpertsParams pk = p;  // no K-major layout for widths the kernel cannot take
+    gpu_->moe_prepare_banks(pk);
+    EXPECT_EQ(pk.bank_layout, ExpertBankLayout::Checkpoint);
   }
 }
 
