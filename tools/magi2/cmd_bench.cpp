@@ -219,6 +219,12 @@ BenchWeights make_bench_weights(const BenchArgs& a, const DitArch& arch, Backend
               {"weights_upload_ms", upload_ms},
               {"weights_upload_gb_per_s", (unique_bytes - device_made) / (upload_ms * 1e-3) / 1e9},
               {"offload", out.offload ? "layerwise" : "none"}});
+  // Which layout the routed banks run in (DitWeights::prepare_banks): "k-major" when the W8A8 kernel reads
+  // them as held, "checkpoint" otherwise (bf16, W8A16, the CPU, streamed layers).
+  std::string layout = "checkpoint";
+  for (const DitLayerWeights& L : out.w.layers)
+    if (L.moe && L.bank_layout == ExpertBankLayout::KMajorW8a8) layout = "k-major";
+  out.info["expert_bank_layout"] = layout;
   return out;
 }
 
@@ -517,10 +523,10 @@ int run_bench(const BenchArgs& a) {
                 j["weights_unique_bytes"].get<double>() / 1e9, j["weights_upload_gb_per_s"].get<double>(),
                 modes.text().c_str());
     if (j.contains("memory"))
-      std::printf("  weights %s, fp8 compute %s (%s): %.2f GB; device memory peak %.2f GB allocated, %.2f of %.2f "
-                  "GB used now\n",
+      std::printf("  weights %s, fp8 compute %s (%s; %s layout): %.2f GB; device memory peak %.2f GB allocated, "
+                  "%.2f of %.2f GB used now\n",
                   j["weights"].get<std::string>().c_str(), j["fp8_compute"].get<std::string>().c_str(),
-                  j["expert_banks"].get<std::string>().c_str(),
+                  j["expert_banks"].get<std::string>().c_str(), j.value("expert_bank_layout", "checkpoint").c_str(),
                   j["weights_unique_bytes"].get<double>() / 1e9,
                   j["memory"]["peak_allocated_bytes"].get<double>() / 1e9,
                   j["memory"]["device_used_bytes"].get<double>() / 1e9,
