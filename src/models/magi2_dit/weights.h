@@ -78,7 +78,7 @@ struct DitLayerWeights {
   /// (W_gate_scale_inv ...: [MH*E, ceil(DH/128), ceil(DE/128)] and
   /// [MH*E, ceil(DE/128), ceil(DH/128)] f32, w = q * scale); undefined for bf16.
   Tensor w_gate_scale, w_up_scale, w_down_scale;
-  /// The banks' byte layout: Checkpoint (the shapes above) unless to_backend
+  /// The banks' byte layout: Checkpoint (the shapes above) unless prepare_banks
   /// rewrote them for the device's W8A8 kernel (MoeExpertsParams::bank_layout).
   ExpertBankLayout bank_layout = ExpertBankLayout::Checkpoint;
   bool fp8_experts() const { return w_gate.defined() && w_gate.dtype() == DType::F8E4M3; }
