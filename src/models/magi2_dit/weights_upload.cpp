@@ -53,9 +53,10 @@ void DitWeights::prepare_banks(Backend& be) {
     L.w_gate = Tensor(), L.w_up = Tensor(), L.w_down = Tensor();  // the old banks go when `banks` lets them go
     try {
       be.moe_prepare_banks(banks);
-    } catch (...) {
+    } catch (const Error& e) {
       L.w_gate = banks.w_gate, L.w_up = banks.w_up, L.w_down = banks.w_down;
-      throw;
+      throw Error(str_cat("DiT weights: rewriting layer ", L.index, "'s routed expert banks for the ", be.name(),
+                          " backend (--fp8-compute w8a8 reads them K-major): ", e.what()));
     }
     L.w_gate = banks.w_gate, L.w_up = banks.w_up, L.w_down = banks.w_down, L.bank_layout = banks.bank_layout;
     prepared.emplace(key, &L);
