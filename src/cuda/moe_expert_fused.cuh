@@ -72,21 +72,6 @@ struct ExpertRing {
   }
 };
 
-/// The CTA's shared memory as `Smem` (which holds rings `ring13` and `ring2`)
-/// at the 1024-byte alignment of the 128-byte TMA swizzle, its rings'
-/// barriers initialised by thread 0; ends with a CTA barrier.
-template <class Smem>
-__device__ __forceinline__ Smem& expert_smem_setup(unsigned char* raw, int consumer_warps) {
-  Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
-  if (threadIdx.x == 0) {
-    sm.ring13.init(consumer_warps);
-    sm.ring2.init(consumer_warps);
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
-  return sm;
-}
-
 /// A consumer warpgroup whose rows all lie past the expert's end computes
 /// nothing: it only keeps the empty barriers' counts, after each stage has
 /// landed (so never a phase ahead).

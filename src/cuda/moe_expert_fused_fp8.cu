@@ -128,8 +128,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int chunks = de / kBC, kbs = de / kFp8Block;
 
   extern __shared__ unsigned char smem_raw[];
-  Smem& sm = expert_smem_setup<Smem>(smem_raw, kConsumerWarps);
+  Smem& sm = *reinterpret_cast<Smem*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    sm.ring13.init(kConsumerWarps);
+    sm.ring2.init(kConsumerWarps);
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
 
   if (tid < 128) {  // producer warpgroup: one thread issues every weight load
     cutlass::arch::warpgroup_reg_dealloc<24>();
