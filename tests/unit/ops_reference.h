@@ -60,7 +60,7 @@ double at(const Tensor& t, int64_t r, int64_t c) {
   const int64_t i = r * t.row_stride() + c;
   return t.dtype() == DType::F32 ? t.data_as<float>()[i] : bf16_bits_to_f32(t.data_as<uint16_t>()[i]);
 }
-double at(const Tensor& t, int64_t i) { return at(t.reshape({t.numel()}), 0, i); }
+[[maybe_unused]] double at(const Tensor& t, int64_t i) { return at(t.reshape({t.numel()}), 0, i); }
 void put(const Tensor& t, int64_t r, int64_t c, double v) {
   const int64_t i = r * t.row_stride() + c;
   if (t.dtype() == DType::F32) t.data_as<float>()[i] = static_cast<float>(v);
