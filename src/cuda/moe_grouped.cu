@@ -21,7 +21,7 @@
 // FP8 banks with fp8_compute = W8A8 (moe_w8a8.h) are read K-major: held so
 // since the load (ExpertBankLayout::KMajorW8a8, Backend::moe_prepare_banks),
 // or transposed once per call before the passes; after each pass's sort come the
-// quantising gather and the FP8 fused kernel, with the fused kernel's plan and
+// quantising scatter and the FP8 fused kernel, with the fused kernel's plan and
 // weighted combine.
 #include <algorithm>
 #include <array>
@@ -556,7 +556,7 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
                                                weighted_w2 ? static_cast<float*>(p.wrow.get()) : nullptr);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts route order");
   if (w8a8) {  // MoeExpertsRunner::run made p.w8a8 and transposed the banks
-    p.w8a8->run(prm, i32(p.offsets), i32(p.src), static_cast<const float*>(p.wrow.get()),
+    p.w8a8->run(prm, i32(p.offsets), i32(p.pos), static_cast<const float*>(p.wrow.get()),
                 static_cast<uint16_t*>(p.y.get()), i32(p.tile_start), s, mark);
     combine(true);
     if (mark) mark(4);

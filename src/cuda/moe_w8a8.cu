@@ -1,5 +1,5 @@
 // The W8A8 routed experts on the device (moe_w8a8.h, docs/fp8.md): the
-// quantising gather and the bank transpositions to K-major, then the fused
+// quantising scatter and the bank transpositions to K-major, then the fused
 // kernel. The activation rounding is ops/numerics.h's (fp8_amax_step,
 // fp8_act_scale, fp8_act_quant), the rule the CPU reference (cpu/moe_w8a8.cpp)
 // applies, so the e4m3 rows and scales are bit-identical to the host's for
@@ -26,24 +26,48 @@ using namespace dev;
 constexpr int kGroup = kFp8ActGroup;  // 128 = 32 lanes x 4 elements
 constexpr int kTile = 64;             // transpose tile edge, bytes
 
-// One warp per expert-ordered row p: xq[p] = e4m3 of r[token, head * dh ..]
-// per 128-group, xs[p, g] its scales. Rows past offsets[F] are not routed.
-__global__ void w8a8_gather_quant(const uint16_t* __restrict__ r, int64_t ldr, int mh, int64_t dh,
-                                  const int32_t* __restrict__ src, const int32_t* __restrict__ offsets, int nf,
-                                  int64_t max_rows, uint8_t* __restrict__ xq, float* __restrict__ xs) {
-  const int64_t p = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+// One warp per (token n, head h) of the pass: its d_head = 256 values, 8 a
+// lane (lanes 0-15 group 0, lanes 16-31 group 1), quantised once per 1 x 128
+// group, then stored to the expert-ordered row of each of its k routes: pos
+// [MH, T, k] from the route sort, -1 for a route to no valid expert (the
+// combine's map). Every row below offsets[F] is one route's, so each is written
+// once; rows past it are not routed. Quantising per (token, head) rather than
+// per routed row does a sixth of the rounding work and reads the input once.
+// vec: 16-byte loads (aligned rows), else 2-byte ones.
+constexpr int kScatterDh = 256;  // MoeW8a8::supports: moe_fused_fp8_expert_widths takes d_head 256 only
+__global__ void w8a8_quant_scatter(const uint16_t* __restrict__ r, int64_t ldr, int64_t t, int mh, int k,
+                                   const int32_t* __restrict__ pos, bool vec, uint8_t* __restrict__ xq,
+                                   float* __restrict__ xs) {
+  const int64_t pair = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
-  if (p >= max_rows || p >= offsets[nf]) return;
-  const int64_t s = src[p], n = s / mh, h = s % mh;
-  const uint16_t* from = r + n * ldr + h * dh;
-  const int64_t groups = dh / kGroup;
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t c = g * kGroup + lane * 4;
-    float v[4];
+  if (pair >= t * mh) return;
+  const int64_t n = pair / mh, h = pair % mh;
+  const uint16_t* from = r + n * ldr + h * kScatterDh + lane * 8;
+  uint16_t b[8];
+  if (vec) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(from);
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) v[j] = bf16_to_f32(from[c + j]);
-    const uint32_t w = fp8_quantize4(v, xs + p * groups + g, lane);
-    *reinterpret_cast<uint32_t*>(xq + p * dh + c) = w;
+    for (int j = 0; j < 4; ++j) b[2 * j] = static_cast<uint16_t>(w[j] & 0xffffu), b[2 * j + 1] = w[j] >> 16;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) b[j] = from[j];
+  }
+  float v[8], m = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = bf16_to_f32(b[j]), m = fp8_amax_step(m, v[j]);
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) m = fp8_amax_step(m, __shfl_xor_sync(0xffffffffu, m, o));  // within 16 lanes
+  const float sc = fp8_act_scale(m), rcp = fp8_act_rcp(sc);
+  uint32_t q[2] = {0u, 0u};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) q[j / 4] |= static_cast<uint32_t>(fp8_act_quant_rcp(v[j], sc, rcp)) << (8 * (j % 4));
+  const int32_t mine = lane < k ? pos[(h * t + n) * k + lane] : -1;
+  for (int j = 0; j < k; ++j) {
+    const int64_t p = __shfl_sync(0xffffffffu, mine, j);
+    if (p < 0) continue;
+    *reinterpret_cast<uint2*>(xq + p * kScatterDh + lane * 8) = make_uint2(q[0], q[1]);
+    if ((lane & 15) == 0) xs[p * (kScatterDh / kGroup) + lane / 16] = sc;
   }
 }
 
@@ -135,7 +159,7 @@ void MoeW8a8::transpose_banks(const MoeExpertsParams& p, cudaStream_t s) {
   w8a8_banks_to_k_major(p, bt_, bt_ + bank, bt_ + 2 * bank, s);
 }
 
-void MoeW8a8::run(const MoeExpertsParams& p, const int32_t* offsets, const int32_t* src, const float* wrow,
+void MoeW8a8::run(const MoeExpertsParams& p, const int32_t* offsets, const int32_t* pos, const float* wrow,
                   uint16_t* y, int32_t* tile_start, cudaStream_t s, const std::function<void(int)>& mark) {
   const int mh = p.num_heads, nf = experts_;
   const bool k_major = p.bank_layout == ExpertBankLayout::KMajorW8a8;
@@ -143,9 +167,12 @@ void MoeW8a8::run(const MoeExpertsParams& p, const int32_t* offsets, const int32
               "moe_experts W8A8: shapes differ from the planned ones");
   MAGI2_CHECK(k_major || bt_ != nullptr, "moe_experts W8A8: checkpoint-layout banks reached run() before "
               "transpose_banks");
-  w8a8_gather_quant<<<blocks_for(max_rows_ * 32, 256), 256, 0, s>>>(
-      static_cast<const uint16_t*>(p.r.data()), p.r.row_stride(), mh, dh_, src, offsets, nf, max_rows_, xq_, xs_);
-  MAGI2_CUDA_CHECK_LAUNCH("moe_experts W8A8 gather");
+  const int64_t t = p.r.size(0);
+  const auto* r = static_cast<const uint16_t*>(p.r.data());
+  const bool vec = reinterpret_cast<uintptr_t>(r) % 16 == 0 && p.r.row_stride() % 8 == 0;
+  w8a8_quant_scatter<<<blocks_for(t * mh * 32, 256), 256, 0, s>>>(r, p.r.row_stride(), t, mh, p.top_k, pos, vec, xq_,
+                                                                  xs_);
+  MAGI2_CUDA_CHECK_LAUNCH("moe_experts W8A8 quantising scatter");
   if (mark) mark(0);
   const int64_t bank = static_cast<int64_t>(nf) * dh_ * de_;
   const auto* gate_t = k_major ? static_cast<const uint8_t*>(p.w_gate.data()) : bt_;

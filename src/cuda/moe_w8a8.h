@@ -1,6 +1,6 @@
 // The W8A8 routed experts on the CUDA backend (docs/fp8.md): after the route
-// sort of moe_grouped.cu, the routed rows are quantised to e4m3 per 1 x 128
-// group in expert order, each expert bank is transposed to K-major e4m3 into a
+// sort of moe_grouped.cu, each (token, head) row is quantised to e4m3 per
+// 1 x 128 group once and stored to its routes' rows in expert order, each expert bank is transposed to K-major e4m3 into a
 // planned scratch (FP8 wgmma reads both operands K-major; the checkpoint
 // stores [K, N]), and the fused kernel (moe_expert_fused_fp8.cu) runs W13,
 // SwiGLU7, W2 and the routing weight per tile. Host-only header.
@@ -49,16 +49,16 @@ class MoeW8a8 {
   /// naming the capture otherwise).
   void transpose_banks(const MoeExpertsParams& p, cudaStream_t s);
 
-  /// Enqueues the quantising gather and the fused kernel of one token pass on
+  /// Enqueues the quantising scatter and the fused kernel of one token pass on
   /// `s` for checked params with FP8 banks, K-major (ExpertBankLayout::
-  /// KMajorW8a8) or in the checkpoint layout after transpose_banks: `src` [R] the source row
-  /// (token * MH + head) of each expert-ordered row, `offsets` [F + 1] the
-  /// expert row offsets, `wrow` [R] the rows' routing weights (all three from
-  /// the route sort), `y` [R, DH] bf16 receives bf16(Y x weight) for the
-  /// weighted combine, `tile_start` [F + 1] int32 scratch. `mark(i)` as
-  /// MoeExpertsRunner::run: 0 gather, 1-3 the kernel. No host sync, no
-  /// allocation: capturable.
-  void run(const MoeExpertsParams& p, const int32_t* offsets, const int32_t* src, const float* wrow, uint16_t* y,
+  /// KMajorW8a8) or in the checkpoint layout after transpose_banks: `pos`
+  /// [MH, T, k] the expert-ordered row of each (head, token, slot) route (-1:
+  /// no valid expert), `offsets` [F + 1] the expert row offsets, `wrow` [R]
+  /// the rows' routing weights (all three from the route sort), `y` [R, DH]
+  /// bf16 receives bf16(Y x weight) for the weighted combine, `tile_start`
+  /// [F + 1] int32 scratch. `mark(i)` as MoeExpertsRunner::run: 0 the
+  /// quantising scatter, 1-3 the kernel. No host sync, no allocation: capturable.
+  void run(const MoeExpertsParams& p, const int32_t* offsets, const int32_t* pos, const float* wrow, uint16_t* y,
            int32_t* tile_start, cudaStream_t s, const std::function<void(int)>& mark);
 
  private:

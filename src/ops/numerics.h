@@ -196,6 +196,47 @@ MAGI2_HD float fp8_act_scale(float amax) { return amax == 0.0f ? 1.0f : amax / k
 /// exceed 448 by an ulp after the scale's rounding: it saturates to 448).
 MAGI2_HD uint8_t fp8_act_quant(float v, float scale) { return f32_to_e4m3_bits(v / scale); }
 
+/// 1 / scale (fp32 division, RNE): fp8_act_quant_rcp's third argument, made
+/// once per activation group.
+MAGI2_HD float fp8_act_rcp(float scale) { return 1.0f / scale; }
+
+/// The e4m3 bits of two non-negative fp32 values, f32_to_e4m3_bits(lo) in bits
+/// 0-7 and f32_to_e4m3_bits(hi) in bits 8-15. On sm_89 and later one
+/// cvt.rn.satfinite.e4m3x2.f32, which gives the software rounding's bits on
+/// every non-NaN input (all 2^32 patterns are compared on the GPU by
+/// test_cuda_fp8_w8a8's E4m3Conversion); elsewhere the software rounding.
+MAGI2_HD uint32_t e4m3_bits_pair(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
+  return static_cast<uint32_t>(f32_to_e4m3_bits(lo)) | static_cast<uint32_t>(f32_to_e4m3_bits(hi)) << 8;
+#endif
+}
+
+/// fp8_act_quant(v, scale) bit for bit, with rcp = fp8_act_rcp(scale) from the
+/// caller: the fast path multiplies instead of dividing and rounds in hardware
+/// (e4m3_bits_pair), the division stays for the rare inputs near a rounding
+/// boundary. Why it is exact: q = v * rcp and the reference quotient
+/// fl(v / scale) both lie within 3 fp32 ulps (of v / scale's binade) of the
+/// exact v / scale, so at most ~7 fp32 values apart even across a binade edge.
+/// When the e4m3 rounding of |q| - 16 ulps and of |q| + 16 ulps agree, every
+/// value between them (the reference quotient among them) rounds the same way,
+/// the rounding being monotone. Otherwise, and for q not finite or near
+/// overflow (rcp infinite for a tiny scale, NaN), the division decides.
+/// Device callers use it; the CPU keeps fp8_act_quant (same bytes).
+MAGI2_HD uint8_t fp8_act_quant_rcp(float v, float scale, float rcp) {
+  constexpr uint32_t kWindow = 16;  // fp32 ulps each side of q
+  const uint32_t u = numerics_f32_bits(v * rcp), a = u & 0x7fffffffu;
+  if (a < 0x7f000000u) {
+    const uint32_t lo = a > kWindow ? a - kWindow : 0u, hi = a + kWindow;
+    const uint32_t pair = e4m3_bits_pair(numerics_bits_f32(lo), numerics_bits_f32(hi));
+    if ((pair & 0xffu) == (pair >> 8)) return static_cast<uint8_t>((pair & 0xffu) | ((u >> 24) & 0x80u));
+  }
+  return fp8_act_quant(v, scale);
+}
+
 /// FP8 attention (AttentionParams::fp8; docs/fp8.md): Q, K and V as e4m3 with
 /// one scale per query row and head (fp8_act_scale of the row's amax over
 /// the head dim), one per 128-token key tile and head for K and likewise for V (tiles

@@ -1,5 +1,6 @@
-// W8A8 FP8 routed experts on the CUDA backend (docs/fp8.md): the quantising
-// gather, the K-major bank transpositions (W_down's in the Z fragment's k
+// W8A8 FP8 routed experts on the CUDA backend (docs/fp8.md): the device's
+// e4m3 rounding and multiplying quantiser against ops/numerics.h's software
+// ones (every quantiser on the device uses them), the quantising scatter, the K-major bank transpositions (W_down's in the Z fragment's k
 // order) and the fused FP8 kernel (moe_expert_fused_fp8.cu), against the CPU
 // W8A8 reference (cpu/moe_w8a8.cpp), which has the same rounding points.
 // Stated tolerance: rel-RMS < 3e-2 and max-abs < 8 % of the reference's max.
@@ -33,6 +34,10 @@
 #include "util/testing.h"
 
 namespace magi2 {
+namespace test {
+uint64_t e4m3_cvt_mismatches(cudaStream_t s);                           // fp8_codec_check.cu
+uint64_t fp8_quant_rcp_mismatches(int scales, int sweep, cudaStream_t s);  // fp8_codec_check.cu
+}  // namespace test
 namespace {
 
 using test::count_diff;
@@ -168,6 +173,17 @@ TEST_F(CudaFp8W8a8Test, WidthsTheFusedKernelCannotTakeAreRefusedClearly) {
     gpu_->moe_prepare_banks(pk);
     EXPECT_EQ(pk.bank_layout, ExpertBankLayout::Checkpoint);
   }
+}
+
+// The hardware e4m3 rounding gives f32_to_e4m3_bits' bits on every
+// non-negative, non-NaN fp32 pattern, and the multiplying quantiser
+// (fp8_act_quant_rcp, the device's) gives the dividing one's bytes at every
+// e4m3 rounding boundary for 8,192 scales and on 8,192 x 256 random groups' values.
+TEST_F(CudaFp8W8a8Test, E4m3ConversionAndMultiplyingQuantiserAreTheSoftwareOnesBitForBit) {
+  if (!gpu_) GTEST_SKIP() << "no CUDA device";
+  auto s = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
+  EXPECT_EQ(test::e4m3_cvt_mismatches(s), 0u);
+  EXPECT_EQ(test::fp8_quant_rcp_mismatches(8192, 256, s), 0u);
 }
 
 }  // namespace

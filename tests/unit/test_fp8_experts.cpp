@@ -239,6 +239,51 @@ TEST(Fp8Activations, GroupScaleAndRounding) {
                                 {"--fp8-compute", "w8a16", "w8a8", "w4a8"}));
 }
 
+// The multiplying quantiser the device uses (fp8_act_quant_rcp) gives the
+// dividing one's bytes: at and next to every e4m3 rounding boundary (where
+// its window sends it to the division), on random groups, and on the edges
+// (zero, NaN, a tiny scale whose reciprocal overflows, saturation). Here its
+// rounding is the software one; test_cuda_fp8_w8a8 runs the hardware's.
+TEST(Fp8Activations, MultiplyingQuantiserGivesTheDividingOnesBytes) {
+  std::mt19937 g(7);
+  std::uniform_int_distribution<uint32_t> mant(0, 0x7fffff);
+  std::uniform_int_distribution<int> ex(-30, 30);
+  std::uniform_real_distribution<float> frac(0.0f, 1.0f);
+  int64_t checked = 0, differ = 0;
+  auto check = [&](float v, float sc) {
+    ++checked;
+    differ += fp8_act_quant_rcp(v, sc, fp8_act_rcp(sc)) != fp8_act_quant(v, sc) ? 1 : 0;
+  };
+  for (int i = 0; i < 64; ++i) {
+    const float sc = std::ldexp(1.0f + static_cast<float>(mant(g)) / 8388608.0f, ex(g) - 9);
+    for (int e = 1; e < 0x7f; ++e) {
+      const float lo = e4m3_bits_to_f32(static_cast<uint8_t>(e - 1)), hi = e4m3_bits_to_f32(static_cast<uint8_t>(e));
+      for (const float target : {hi, 0.5f * (lo + hi)}) {
+        uint32_t c;
+        const float at = target * sc;
+        std::memcpy(&c, &at, 4);
+        for (int d = -17; d <= 17; ++d) {
+          const uint32_t b = c + static_cast<uint32_t>(d);
+          float v;
+          std::memcpy(&v, &b, 4);
+          check(v, sc);
+          check(-v, sc);
+        }
+      }
+    }
+    for (int j = 0; j < 2000; ++j) {
+      const float amax = std::ldexp(1.0f + static_cast<float>(mant(g)) / 8388608.0f, ex(g));
+      check(amax * frac(g), fp8_act_scale(amax));
+      check(amax, fp8_act_scale(amax));
+    }
+  }
+  EXPECT_EQ(differ, 0) << "of " << checked;
+  const float tiny = std::ldexp(1.0f, -140);  // 1 / tiny overflows to +inf
+  for (const float v : {0.0f, -0.0f, 1e-45f, 3.0f, -3.0f, NAN, 500.0f, 1e30f})
+    for (const float sc : {1.0f, tiny, 3.0f / 448.0f, NAN})
+      EXPECT_EQ(fp8_act_quant_rcp(v, sc, fp8_act_rcp(sc)), fp8_act_quant(v, sc)) << v << " / " << sc;
+}
+
 struct Case {
   int mh, ne, k;
   int64_t dh, de, t;
