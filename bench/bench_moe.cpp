@@ -236,13 +236,13 @@ int run(int argc, char** argv) {
     experts_rows("natural, SwiGLU7 in the gate GEMM's epilogue (inside the W13 row): ", b.stage_ms(epilogue, ep));
     experts_rows("natural, FP8 W8A16 (dequantisation in the sort + gather row, the bf16 fused kernel): ",
                  b.stage_ms(fused, e8.with(ep, Fp8Compute::W8A16)));
-    experts_rows("natural, FP8 W8A8 (quantising gather and bank transpositions in the sort + gather row, the FP8 "
+    experts_rows("natural, FP8 W8A8 (quantising scatter and bank transpositions in the sort + gather row, the FP8 "
                  "fused kernel in the W13 row): ",
                  b.stage_ms(fused, e8.with(ep, Fp8Compute::W8A8)));
     // The banks held K-major since the load (Backend::moe_prepare_banks): what generate and bench run.
     MoeExpertsParams ek = e8.with(ep, Fp8Compute::W8A8);
     b.be->moe_prepare_banks(ek);
-    experts_rows("natural, FP8 W8A8, K-major banks (moe_prepare_banks; quantising gather in the sort + gather row): ",
+    experts_rows("natural, FP8 W8A8, K-major banks (moe_prepare_banks; quantising scatter in the sort + gather row): ",
                  b.stage_ms(fused, ek));
 
     // Skewed: forced routing, distinct experts per (head, token), expert 0 of

@@ -56,7 +56,7 @@ void moe_expert_fused(const ExpertFusedArgs& a, cudaStream_t s);
 /// One call of the W8A8 fused routed experts (moe_expert_fused_fp8.cu,
 /// docs/fp8.md). Routed row p (expert order, offsets as above) is xq[p] [dh]
 /// e4m3 with scales xs[p] [dh / 128] f32 (one per 1 x 128 group: the
-/// quantising gather of moe_w8a8.cu). Banks, all e4m3 and K-major: gate_t,
+/// quantising scatter of moe_w8a8.cu). Banks, all e4m3 and K-major: gate_t,
 /// up_t [nf, de, dh] (W_gate, W_up transposed), down_t [nf, dh, de] (W_down
 /// transposed, each 32 columns of de in fp8_vt_key order); their scales as
 /// the checkpoint stores them for the untransposed banks: gate_scale,

@@ -3,7 +3,7 @@
 //
 // Operands, all e4m3 and K-major (FP8 wgmma reads both operands K-major):
 //   x       the tile's routed rows, quantised per 1 x 128 group before the
-//           kernel (moe_w8a8.cu's quantising gather), [128, 256] in shared memory;
+//           kernel (moe_w8a8.cu's quantising scatter), [128, 256] in shared memory;
 //   W13     per chunk of 32 intermediate columns, the gate and up columns
 //           side by side, [64, 256] (rows of W_gate^T and W_up^T);
 //   W_down  per chunk, W_down^T's [256, 32], its 32 columns in fp8_vt_key
