@@ -292,6 +292,15 @@ int run(int argc, char** argv) {
         row_gbs((tag + "post + residual (one branch)").c_str(), post, 2 * sb + ab, copy_gbs);
         row_gbs((tag + "both branches of a layer").c_str(), 2 * (lg + pre + post), 2 * (4 * sb + 2 * ab), copy_gbs);
       }
+      // An experiment for the next step of the logits (docs/cuda.md Next 2): the 24 logits x 3 bf16
+      // split terms as one cuBLASLt bf16 GEMM [T, 4D] x [4D, 72] (bf16 out here, fp32 when used),
+      // the RMSNorm's sums of squares left to the post + residual kernel that writes the state.
+      {
+        Tensor w72 = b.fill({72, 4 * kD}, DType::BF16, 0.02f), y72 = b.be->alloc({t, 72}, DType::BF16);
+        const LinearParams gp{.x = state, .w = w72, .y = y72, .groups = Groups::single(t)};
+        const double lg = b.median_ms([&] { b.be->linear(gp); });
+        row_gbs("mHC logits as one cuBLASLt GEMM, 72 columns (experiment, one branch)", lg, sb, copy_gbs);
+      }
       // The first fused post + residual kernel (fused_kernels.h MhcPostKernel::kRing; same bytes).
       {
         cuda::FusedPaths variant = fast;
