@@ -292,14 +292,22 @@ int run(int argc, char** argv) {
         row_gbs((tag + "post + residual (one branch)").c_str(), post, 2 * sb + ab, copy_gbs);
         row_gbs((tag + "both branches of a layer").c_str(), 2 * (lg + pre + post), 2 * (4 * sb + 2 * ab), copy_gbs);
       }
-      // An experiment for the next step of the logits (docs/cuda.md Next 2): the 24 logits x 3 bf16
-      // split terms as one cuBLASLt bf16 GEMM [T, 4D] x [4D, 72] (bf16 out here, fp32 when used),
-      // the RMSNorm's sums of squares left to the post + residual kernel that writes the state.
+      // What the DiT step runs since the fourteenth session: the post + residual also writes the new rows'
+      // sums of squares (MhcPostResParams::ss), and the next logits are one cuBLASLt GEMM of 72 columns
+      // (24 logits x 3 split terms) from them (mhc_logits_gemm), through the backend.
       {
-        Tensor w72 = b.fill({72, 4 * kD}, DType::BF16, 0.02f), y72 = b.be->alloc({t, 72}, DType::BF16);
-        const LinearParams gp{.x = state, .w = w72, .y = y72, .groups = Groups::single(t)};
-        const double lg = b.median_ms([&] { b.be->linear(gp); });
-        row_gbs("mHC logits as one cuBLASLt GEMM, 72 columns (experiment, one branch)", lg, sb, copy_gbs);
+        Tensor ss = b.be->alloc({t}, DType::F32);
+        MhcPostResParams qs = qp;
+        qs.ss = ss;
+        MhcLogitsParams ls = lp;
+        ls.ss = ss;
+        const double post = b.median_ms([&] { b.be->mhc_post_res(qs); });
+        const double lg = b.median_ms([&] { b.be->mhc_logits(ls); });
+        const double pre = b.median_ms([&] { b.be->mhc_pre(pp); });
+        row_gbs("mHC, sums of squares from the post: logits as one GEMM (one branch)", lg, sb, copy_gbs);
+        row_gbs("mHC, sums of squares from the post: post + residual (one branch)", post, 2 * sb + ab, copy_gbs);
+        row_gbs("mHC, sums of squares from the post: both branches of a layer", 2 * (lg + pre + post),
+                2 * (4 * sb + 2 * ab), copy_gbs);
       }
       // The first fused post + residual kernel (fused_kernels.h MhcPostKernel::kRing; same bytes).
       {

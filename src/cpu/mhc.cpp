@@ -109,6 +109,8 @@ void mhc_post_res(const MhcPostResParams& p) {
                   (!p.h_post.defined() || p.h_post.dtype() == DType::F32) &&
                   (!p.h_res.defined() || p.h_res.dtype() == DType::F32),
               "mhc_post_res: expected bf16 state and o, f32 logits, h_post and h_res");
+  MAGI2_CHECK(!p.ss.defined() || (p.ss.dtype() == DType::F32 && p.ss.numel() == t && p.ss.is_contiguous()),
+              "mhc_post_res.ss: expected ", t, " contiguous f32 values");
   const float ac_post = scalar(p.w->alpha_post, "mhc_alpha_post") * p.c;
   const float ac_res = scalar(p.w->alpha_res, "mhc_alpha_res") * p.c;
   const float* b_post = vec(p.w->bias_post, kStreams, "mhc_bias_post");
@@ -152,6 +154,14 @@ void mhc_post_res(const MhcPostResParams& p) {
         acc += hp[i] * oc;
         s[i * d + c] = f32_to_bf16_bits(acc);
       }
+    }
+    if (p.ss.defined()) {  // the new row's sum of squares, in column order
+      float acc = 0.f;
+      for (int64_t c = 0; c < vw; ++c) {
+        const float v = bf16_bits_to_f32(s[c]);
+        acc += v * v;
+      }
+      p.ss.data_as<float>()[r] = acc;
     }
   }
 }

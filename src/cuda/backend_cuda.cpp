@@ -60,7 +60,7 @@ class CudaBackend final : public Backend {
     conv_ = std::make_unique<ConvRunner>([cache = cache_](size_t bytes) { return cache->get(bytes); });
     conv_cudnn_ = conv_cudnn_selected();
     fused_ = {.mhc = fused_selected("MAGI2_MHC_KERNEL"), .router = fused_selected("MAGI2_ROUTER_KERNEL"),
-              .scratch = scratch_.get()};
+              .scratch = scratch_.get(), .linear = linear_.get()};
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);  // pending ops may still use the workspace

@@ -75,11 +75,16 @@ enum class MhcPostKernel {
   kRing,  ///< the first ring kernel, f32_to_bf16 per value (the NaN test's oracle; bench)
 };
 
+class LinearRunner;  // linear.h
+
 /// The fast paths chosen for a backend: which families and the shared scratch.
 struct FusedPaths {
   bool mhc = false;     ///< MAGI2_MHC_KERNEL=fused
   bool router = false;  ///< MAGI2_ROUTER_KERNEL=fused
   SplitScratch* scratch = nullptr;
+  /// With mhc: the backend's cuBLASLt runner, for the logits as one GEMM where the previous post +
+  /// residual handed over the rows' sums of squares (MhcLogitsParams::ss; mhc_logits_gemm.cpp).
+  LinearRunner* linear = nullptr;
   RouteSelect router_select = RouteSelect::kFiltered;  ///< with router: which selection
   MhcPostKernel mhc_post = MhcPostKernel::kLean;        ///< with mhc: which post + residual kernel
 };
@@ -87,6 +92,22 @@ struct FusedPaths {
 /// mHC logits of checked params (mhc_fused.cu): false when the width is not
 /// a multiple of 32 or the state rows are not 16-byte aligned.
 bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s);
+/// mHC logits of checked params with p.ss defined (the post + residual's sums
+/// of squares): the 24 logits x 3 bf16 split terms of (w_m + 1) phi as one
+/// cuBLASLt GEMM per weight group, bf16 state x bf16 [72, vw] -> fp32
+/// (LinearRunner::run_f32_out), then the terms added and scaled by the RMSNorm
+/// factor from p.ss. The same products as mhc_logits_fused, summed in
+/// cuBLAS's order: within the fused logits' bound of the CPU reference,
+/// deterministic. Scratch from fast.scratch (the split weights and the GEMM's
+/// output); false when vw is not a multiple of 8 or the state rows are not
+/// 16-byte aligned (mhc_logits_gemm.cpp).
+bool mhc_logits_gemm(const MhcLogitsParams& p, const FusedPaths& fast, cudaStream_t s);
+/// mhc_logits_gemm's device pieces (mhc_fused.cu): the split weights, [groups *
+/// 72, vw] bf16 (row sp * 24 + n of group m: split term sp of (w_m + 1) phi[:, n]),
+/// and the logits [t, 24] (row stride ldl) from the GEMM's y72 [t, 72] f32 and ss [t].
+void mhc_split72(const float* phi, const float* norm_w, int64_t vw, int groups, uint16_t* out, cudaStream_t s);
+void mhc_logits_from_split72(const float* y72, const float* ss, int64_t vw, float eps, float* logits, int64_t ldl,
+                             int64_t t, cudaStream_t s);
 /// mHC branch input of checked params, bit-equal to the reference (mhc_fused.cu):
 /// false unless D is a multiple of 8 and the rows are 16-byte aligned.
 bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s);

@@ -94,9 +94,10 @@ void LinearRunner::gemm(const Tensor& x, const Tensor& w, const Tensor& y, int64
   const uint32_t al_a = alignment_of(wp), al_b = alignment_of(x.data()), al_c = alignment_of(y.data());
   const Key key{rows, in, out, x.row_stride(), y.row_stride(),
                 static_cast<int64_t>(x.dtype()) | (static_cast<int64_t>(al_a) << 8) |
-                    (static_cast<int64_t>(al_b) << 16) | (static_cast<int64_t>(al_c) << 24)};
+                    (static_cast<int64_t>(al_b) << 16) | (static_cast<int64_t>(al_c) << 24) |
+                    (static_cast<int64_t>(y.dtype()) << 32)};
   auto it = algos_.find(key);
-  Layout a(t, in, out, in), b(t, in, rows, x.row_stride()), c(t, out, rows, y.row_stride());
+  Layout a(t, in, out, in), b(t, in, rows, x.row_stride()), c(cuda_type(y.dtype()), out, rows, y.row_stride());
   MatmulDesc desc;
   if (it == algos_.end()) {
     cublasLtMatmulPreference_t pref = nullptr;
@@ -113,7 +114,7 @@ void LinearRunner::gemm(const Tensor& x, const Tensor& w, const Tensor& y, int64
                                                              b.h, c.h, c.h, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     MAGI2_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "CUDA backend: linear: cuBLASLt has no algorithm for [",
-                rows, " x ", in, "] x [", in, " x ", out, "] ", dtype_name(x.dtype()));
+                rows, " x ", in, "] x [", in, " x ", out, "] ", dtype_name(x.dtype()), " -> ", dtype_name(y.dtype()));
     it = algos_.emplace(key, std::make_shared<cublasLtMatmulAlgo_t>(res.algo)).first;
   }
   const float alpha = 1.f, beta = 0.f;
@@ -273,6 +274,22 @@ void LinearRunner::run(const LinearParams& p, cudaStream_t s) {
   }
   // fp32: the bias joins the rounded fp32 dot product, as on the CPU (dot, then + bias).
   if (p.bias.defined() && rows > 0) add_bias_f32(p.y, p.bias, p.groups, s);
+}
+
+void LinearRunner::run_f32_out(const Tensor& x, const Tensor& w, const Tensor& y, const Groups& groups,
+                               cudaStream_t s) {
+  const int64_t rows = x.size(0), in = x.size(1), out = y.size(1);
+  check_2d(x, rows, in, "linear (fp32 out).x");
+  check_2d(y, rows, out, "linear (fp32 out).y");
+  check_groups(groups, rows, "linear (fp32 out)");
+  MAGI2_CHECK(x.dtype() == DType::BF16 && w.dtype() == DType::BF16 && y.dtype() == DType::F32 &&
+                  w.is_contiguous() && w.dim() == 2 && w.size(0) == out * groups.count && w.size(1) == in,
+              "linear (fp32 out): expected bf16 x, bf16 W [", out * groups.count, ", ", in, "] and f32 y");
+  for (int g = 0; g < groups.count; ++g) {
+    const int64_t r0 = groups.cu[g], r1 = groups.cu[g + 1];
+    if (r0 == r1) continue;
+    gemm(x.slice_rows(r0, r1), w, y.slice_rows(r0, r1), g * out, r1 - r0, s);
+  }
 }
 
 }  // namespace magi2::cuda

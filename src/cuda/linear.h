@@ -41,6 +41,11 @@ class LinearRunner {
 
   void run(const LinearParams& p, cudaStream_t s);
 
+  /// y = x W_m^T per row group as run(), but bf16 x and W [G*out, in] with an
+  /// f32 y [rows, out]: the fp32 sums, not rounded (the mHC logits' split
+  /// terms, mhc_logits_gemm.cpp). Same algorithm cache and capture rules.
+  void run_f32_out(const Tensor& x, const Tensor& w, const Tensor& y, const Groups& groups, cudaStream_t s);
+
  private:
   void gemm(const Tensor& x, const Tensor& w, const Tensor& y, int64_t w_row0, int64_t rows, cudaStream_t s);
   void run_fp8(const LinearParams& p, cudaStream_t s);
@@ -60,7 +65,7 @@ class LinearRunner {
   // out, in, y's row stride, the group boundaries cu[0..3]
   using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
-  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>;  // rows, in, out, ldx, ldy, dtype | alignments
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;  // rows, in, out, ldx, ldy, dtypes | alignments
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_;
   size_t workspace_bytes_;

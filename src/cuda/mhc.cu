@@ -141,6 +141,24 @@ __global__ void mhc_post_res_kernel(uint16_t* state, int64_t lds, const uint16_t
   }
 }
 
+// A warp per row: ss[r] = the fp32 sum of x^2 over the bf16 row (lane j takes
+// columns j, j + 32, ..., then the shuffle tree). What mhc_post_res hands the
+// next logits (MhcPostResParams::ss) where its kernel does not sum in place.
+__global__ void row_sum_squares_kernel(const uint16_t* __restrict__ x, int64_t ldx, int64_t w, float* __restrict__ ss,
+                                       int64_t t) {
+  const int64_t r = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (r >= t) return;
+  float acc = 0.f;
+  for (int64_t i = lane; i < w; i += 32) {
+    const float v = bf16_to_f32(x[r * ldx + i]);
+    acc += v * v;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) ss[r] = acc;
+}
+
 // A device f32 tensor of n values (weights and scalars stay on the device).
 const float* dev_f32(const Tensor& t, int64_t n, const char* what) {
   MAGI2_CHECK(t.defined() && t.device() == Device::CUDA && t.dtype() == DType::F32 && t.numel() == n &&
@@ -167,7 +185,12 @@ void mhc_logits(const MhcLogitsParams& p, cudaStream_t s, const FusedPaths* fast
   MAGI2_CHECK(p.phi.device() == Device::CUDA && p.phi.dtype() == DType::F32 && p.phi.shape() == Shape({vw, kLogits}) &&
                   p.phi.is_contiguous(),
               "mhc phi: expected contiguous [", vw, ", 24] f32 on the device, got ", shape_str(p.phi.shape()));
+  MAGI2_CHECK(!p.ss.defined() || (p.ss.device() == Device::CUDA && p.ss.dtype() == DType::F32 &&
+                                   p.ss.numel() == t && p.ss.is_contiguous()),
+              "mhc_logits.ss: expected ", t, " contiguous f32 values on the device");
   if (t == 0) return;
+  if (fast != nullptr && fast->mhc && p.ss.defined() && fast->linear != nullptr && mhc_logits_gemm(p, *fast, s))
+    return;
   if (fast != nullptr && fast->mhc && mhc_logits_fused(p, *fast->scratch, s)) return;
   mhc_logits_kernel<<<grid_of((t + kLogitTokens - 1) / kLogitTokens, "mhc_logits"), kLogitTokens * 16, 0, s>>>(
       static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), w, static_cast<const float*>(p.phi.data()),
@@ -217,8 +240,22 @@ void mhc_post_res(const MhcPostResParams& p, cudaStream_t s, const FusedPaths* f
   const float* alpha_res = dev_f32(p.w->alpha_res, 1, "mhc_alpha_res");
   const float* b_post = dev_f32(p.w->bias_post, kStreams, "mhc_bias_post");
   const float* b_res = dev_f32(p.w->bias_res, kStreams * kStreams, "mhc_bias_res");
+  MAGI2_CHECK(!p.ss.defined() || (p.ss.device() == Device::CUDA && p.ss.dtype() == DType::F32 &&
+                                   p.ss.numel() == t && p.ss.is_contiguous()),
+              "mhc_post_res.ss: expected ", t, " contiguous f32 values on the device");
   if (t == 0) return;
-  if (fast != nullptr && fast->mhc && mhc_post_res_fused(p, s, fast->mhc_post)) return;
+  auto* ss = p.ss.defined() ? static_cast<float*>(p.ss.data()) : nullptr;
+  // The lean kernel sums the new rows' squares as it writes them; the others leave them to a row pass.
+  auto sum_rows = [&] {
+    if (ss == nullptr) return;
+    row_sum_squares_kernel<<<grid_of((t + 7) / 8, "mhc_post_res ss"), 256, 0, s>>>(
+        static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), vw, ss, t);
+    MAGI2_CUDA_CHECK_LAUNCH("mhc_post_res ss");
+  };
+  if (fast != nullptr && fast->mhc && mhc_post_res_fused(p, s, fast->mhc_post)) {
+    if (fast->mhc_post != MhcPostKernel::kLean) sum_rows();
+    return;
+  }
   mhc_post_res_kernel<<<grid_of(t, "mhc_post_res"), kRowThreads, 0, s>>>(
       static_cast<uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const uint16_t*>(p.o.data()),
       p.o.row_stride(), static_cast<const float*>(p.logits.data()), p.logits.row_stride(), alpha_post, alpha_res,
@@ -228,6 +265,7 @@ void mhc_post_res(const MhcPostResParams& p, cudaStream_t s, const FusedPaths* f
       p.h_res.defined() ? static_cast<float*>(p.h_res.data()) : nullptr, p.h_res.defined() ? p.h_res.row_stride() : 0,
       d);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_post_res");
+  sum_rows();
 }
 
 }  // namespace magi2::cuda

@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(kVecWarps * 32, kBlocks)
                              const float* __restrict__ alpha_res, const float* __restrict__ b_post,
                              const float* __restrict__ b_res, float c, int iters, float sk_eps,
                              float* __restrict__ h_post, int64_t ldhp, float* __restrict__ h_res, int64_t ldhr,
-                             int64_t d, int64_t t) {
+                             float* __restrict__ ss, int64_t d, int64_t t) {
   extern __shared__ uint4 post_ring[];  // [slot][load][thread]
   __shared__ float coef[kPostTokens][kCoef + 1];
   __shared__ uint64_t exp_table[32];
@@ -514,6 +514,7 @@ __global__ void __launch_bounds__(kVecWarps * 32, kBlocks)
       for (int jj = 0; jj < kStreams; ++jj) m[i][jj] = coef[tok][kStreams + 4 * i + jj];
     }
     uint16_t* srow = state + (r0 + tok) * lds;
+    float sq = 0.f;  // with ss: this lane's share of the new row's sum of squares
 #pragma unroll 1
     for (int ci = 0; ci < steps_tok; ++ci) {
       issue();                       // refills the slot the previous step used
@@ -551,6 +552,19 @@ __global__ void __launch_bounds__(kVecWarps * 32, kBlocks)
       }
 #pragma unroll
       for (int i = 0; i < kStreams; ++i) st_global_cs(srow + i * d + col, out[i]);
+      if (ss != nullptr)
+#pragma unroll
+        for (int i = 0; i < kStreams; ++i)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const float v = bf16_at(out[i], e);
+            sq += v * v;
+          }
+    }
+    if (ss != nullptr) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+      if (lane == 0) ss[r0 + tok] = sq;
     }
   }
   cp_async_wait<0>();
@@ -562,13 +576,46 @@ template <int kStages, int kBlocks>
 void launch_post_lean(unsigned grid, cudaStream_t s, uint16_t* state, int64_t lds, const uint16_t* o, int64_t ldo,
                       const float* logits, int64_t ldl, const float* alpha_post, const float* alpha_res,
                       const float* b_post, const float* b_res, float c, int iters, float sk_eps, float* h_post,
-                      int64_t ldhp, float* h_res, int64_t ldhr, int64_t d, int64_t t) {
+                      int64_t ldhp, float* h_res, int64_t ldhr, float* ss, int64_t d, int64_t t) {
   constexpr auto kernel = mhc_post_res_lean_kernel<kStages, kBlocks>;
   constexpr size_t shared = post_lean_shared<kStages>();
   static const bool opted_in = opt_in_shared(reinterpret_cast<const void*>(kernel), shared);
   (void)opted_in;
   kernel<<<grid, kVecWarps * 32, shared, s>>>(state, lds, o, ldo, logits, ldl, alpha_post, alpha_res, b_post, b_res, c,
-                                              iters, sk_eps, h_post, ldhp, h_res, ldhr, d, t);
+                                              iters, sk_eps, h_post, ldhp, h_res, ldhr, ss, d, t);
+}
+
+// ---- the logits as one GEMM (mhc_logits_gemm.cpp) --------------------------------
+
+// Thread per (group m, k): the 24 values (w_m[k] + 1) * phi[k][n], split in
+// three bf16 terms (split3_bf16), into rows s * 24 + n of group m's [72, vw] block.
+__global__ void mhc_split72_kernel(const float* __restrict__ phi, const float* __restrict__ w, int64_t vw, int groups,
+                                   uint16_t* __restrict__ out) {
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (u >= groups * vw) return;
+  const int64_t m = u / vw, k = u - m * vw;
+  const float wk = w[m * vw + k] + 1.0f;
+  uint16_t* blk = out + m * kSplits * kLogits * vw + k;
+  for (int n = 0; n < kLogits; ++n) {
+    uint16_t part[kSplits];
+    split3_bf16(phi[k * kLogits + n] * wk, part);
+#pragma unroll
+    for (int sp = 0; sp < kSplits; ++sp) blk[(sp * kLogits + n) * vw] = part[sp];
+  }
+}
+
+// Thread per (token, logit): the three split terms' fp32 sums added (hi + mid,
+// then + lo), times 1 / sqrt(ss / vw + eps) (lg_finish's factor).
+__global__ void mhc_logits_from_split72_kernel(const float* __restrict__ y72, const float* __restrict__ ss, int64_t vw,
+                                               float eps, float* __restrict__ logits, int64_t ldl, int64_t t) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= t * kLogits) return;
+  const int64_t r = e / kLogits;
+  const int n = static_cast<int>(e - r * kLogits);
+  const float* y = y72 + r * kSplits * kLogits;
+  const float l = (y[n] + y[kLogits + n]) + y[2 * kLogits + n];
+  const float rs = 1.0f / sqrtf(ss[r] * (1.0f / static_cast<float>(vw)) + eps);
+  logits[r * ldl + n] = l * rs;
 }
 
 unsigned blocks(int64_t n, int64_t per, const char* what) {
@@ -639,7 +686,7 @@ bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s, MhcPostKernel
     case MhcPostKernel::kLean:
       launch_post_lean<3, 3>(grid, s, state, p.state.row_stride(), o, p.o.row_stride(), logits, p.logits.row_stride(),
                              alpha_post, alpha_res, b_post, b_res, p.c, p.sinkhorn_iters, p.sinkhorn_eps, h_post, ldhp,
-                             h_res, ldhr, d, t);
+                             h_res, ldhr, p.ss.defined() ? static_cast<float*>(p.ss.data()) : nullptr, d, t);
       break;
     case MhcPostKernel::kRing: {
       static const bool opted_in =
@@ -653,6 +700,22 @@ bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s, MhcPostKernel
   }
   MAGI2_CUDA_CHECK_LAUNCH("mhc_post_res (fused)");
   return true;
+}
+
+void mhc_split72(const float* phi, const float* norm_w, int64_t vw, int groups, uint16_t* out, cudaStream_t s) {
+  const int64_t n = groups * vw;
+  if (n == 0) return;
+  mhc_split72_kernel<<<blocks(n, 256, "mhc_logits (GEMM) split"), 256, 0, s>>>(phi, norm_w, vw, groups, out);
+  MAGI2_CUDA_CHECK_LAUNCH("mhc_logits (GEMM) split");
+}
+
+void mhc_logits_from_split72(const float* y72, const float* ss, int64_t vw, float eps, float* logits, int64_t ldl,
+                             int64_t t, cudaStream_t s) {
+  const int64_t n = t * kLogits;
+  if (n == 0) return;
+  mhc_logits_from_split72_kernel<<<blocks(n, 256, "mhc_logits (GEMM) finish"), 256, 0, s>>>(y72, ss, vw, eps, logits,
+                                                                                           ldl, t);
+  MAGI2_CUDA_CHECK_LAUNCH("mhc_logits (GEMM) finish");
 }
 
 }  // namespace magi2::cuda

@@ -114,7 +114,10 @@ uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Comput
   const uint64_t lin_k = std::max<uint64_t>(d, a.dense_intermediate());
   const uint64_t lin =
       linear_fp8 ? n * lin_k + n * ((lin_k + kFp8ActGroup - 1) / kFp8ActGroup) * 4 + (uint64_t{64} << 10) : 0;
-  return kCudaRuntimeReserve + kCudaGemmWorkspace + moe + attn + lin + n * h * 4 + kDitBuffers * kCudaRounding;
+  // The mHC logits as one GEMM (src/cuda/mhc_logits_gemm.cpp): the split weights of up to 3 weight groups,
+  // [3 * 72, 4D] bf16, and the GEMM's fp32 output [n, 72], in the fused kernels' shared scratch.
+  const uint64_t mhc = 3 * 72 * static_cast<uint64_t>(a.virtual_width()) * 2 + n * 72 * 4;
+  return kCudaRuntimeReserve + kCudaGemmWorkspace + moe + attn + lin + mhc + n * h * 4 + kDitBuffers * kCudaRounding;
 }
 
 // Peak activations of the Qwen3.5 text model over L tokens (src/models/qwen35/

@@ -246,6 +246,10 @@ struct MhcBranchWeights {
 /// mHC logits (spec §9.2): n = RMSNorm(state) over the whole 4-stream state
 /// (fp32 out, gain 1+w per group), L = n * phi. state [T, 4*D] bf16,
 /// norm_w [G*4*D] f32, phi [4*D, 24] f32 (stored [in, out]), logits [T, 24] f32.
+/// ss (optional) [T] f32: each state row's sum of squares as the mhc_post_res
+/// that wrote the state made it (MhcPostResParams::ss); a backend may take
+/// the RMSNorm's sums from it instead of reading the state twice (the CUDA
+/// backend's fused path does; the CPU backend sums itself).
 struct MhcLogitsParams {
   Tensor state;
   Tensor norm_w;
@@ -253,6 +257,7 @@ struct MhcLogitsParams {
   Tensor logits;
   Groups groups;
   float eps = 1e-6f;
+  Tensor ss;  ///< optional
 };
 
 /// mHC branch input (spec §9.3): H_pre = bf16(sigmoid((alpha_pre*c)*L_pre + b_pre)),
@@ -270,7 +275,9 @@ struct MhcPreParams {
 /// mHC H_post, Sinkhorn H_res and hyper-connection (spec §9.4-9.6), in place on
 /// state: S'_i = bf16(bf16(sum_j H_res[i][j] S_j) + bf16(H_post[i] * o)).
 /// state [T, 4*D] bf16, o [T, D] bf16, logits [T, 24] f32; optional outputs
-/// h_post [T, 4] f32 and h_res [T, 16] f32 (bf16 values).
+/// h_post [T, 4] f32 and h_res [T, 16] f32 (bf16 values), and ss [T] f32:
+/// the sum of squares of each new state row (fp32, in a backend's own order),
+/// for the next branch's mhc_logits (MhcLogitsParams::ss).
 struct MhcPostResParams {
   Tensor state;
   Tensor o;
@@ -281,6 +288,7 @@ struct MhcPostResParams {
   float c = 0.f;
   int sinkhorn_iters = 20;
   float sinkhorn_eps = 1e-12f;
+  Tensor ss;  ///< optional
 };
 
 /// Multi-head MoE router (spec §8.2): per MoE head h and token t, fp32 logits

@@ -149,6 +149,52 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
     EXPECT_EQ(count_diff(down(state_g), sc, "  mhc_post_res state"), 0);
     EXPECT_EQ(count_diff(down(pg), pc, "  mhc_post_res h_post"), 0);
     EXPECT_EQ(count_diff(down(rg), rc, "  mhc_post_res h_res"), 0);
+    // The new rows' sums of squares (MhcPostResParams::ss) from every post kernel, and the next logits as one
+    // GEMM from them (mhc_logits_gemm, through the backend and its cuBLASLt runner), against the CPU's.
+    {
+      Tensor s1 = state.clone(), ssc = Tensor::empty({t}, DType::F32);
+      cpu_->mhc_post_res({.state = s1, .o = o, .logits = lc, .w = &wc, .c = c, .ss = ssc});
+      const cuda::FusedPaths lean{.mhc = true, .scratch = scratch_.get()};
+      cuda::FusedPaths ring = lean;
+      ring.mhc_post = cuda::MhcPostKernel::kRing;
+      const char* names[] = {"reference", "lean", "ring"};
+      const cuda::FusedPaths* paths[] = {nullptr, &lean, &ring};
+      for (int v = 0; v < 3; ++v) {
+        const Tensor sg = up(state), ssg = poisoned({t}, DType::F32);
+        cuda::mhc_post_res({.state = sg, .o = up(o), .logits = logits_g, .w = &wg, .c = c, .ss = ssg},
+                           stream(), paths[v]);
+        EXPECT_EQ(count_diff(down(sg), s1, "  mhc_post_res state, with ss"), 0) << names[v];
+        const Tensor ssh = down(ssg);
+        double worst = 0;
+        for (int64_t r = 0; r < t; ++r) {
+          const double a = ssh.data_as<float>()[r], b = ssc.data_as<float>()[r];
+          worst = std::isnan(a) ? INFINITY : std::max(worst, std::fabs(a - b) / std::max(std::fabs(b), 1e-30));
+        }
+        // Two fp32 orders of up to 12,288 positive terms (the CPU's is sequential): 1.8e-5 apart on an H100.
+        std::printf("  mhc_post_res ss (%s kernel): max relative |gpu - cpu| %.3g (bound 1e-4)\n", names[v], worst);
+        EXPECT_LE(worst, 1e-4) << names[v];
+      }
+      const Tensor sg = up(s1), ssg = up(ssc);
+      Tensor l1 = Tensor::empty({t, 24}, DType::F32), l1g = poisoned({t, 24}, DType::F32);
+      cpu_->mhc_logits({.state = s1, .norm_w = norm_w, .phi = phi, .logits = l1, .groups = g});
+      const MhcLogitsParams pg1{.state = sg, .norm_w = up(norm_w), .phi = up(phi), .logits = l1g, .groups = g,
+                                .ss = ssg};
+      gpu_->mhc_logits(pg1);
+      const Tensor l1h = down(l1g);
+      double ref = 0, err = 0;
+      for (int64_t i = 0; i < l1.numel(); ++i) {
+        ref = std::max(ref, std::fabs(static_cast<double>(l1.data_as<float>()[i])));
+        const double e = std::fabs(static_cast<double>(l1h.data_as<float>()[i]) - l1.data_as<float>()[i]);
+        err = std::isnan(e) ? INFINITY : std::max(err, e);
+      }
+      std::printf("  logits from ss (one GEMM): max |gpu - cpu| = %.3g, max |cpu| = %.3g (ratio %.3g, bound 1e-4)\n",
+                  err, ref, err / ref);
+      EXPECT_LE(err, 1e-4 * ref);
+      MhcLogitsParams pg2 = pg1;
+      pg2.logits = poisoned({t, 24}, DType::F32);
+      gpu_->mhc_logits(pg2);
+      EXPECT_EQ(count_diff(down(pg2.logits), l1h, "  logits from ss, run to run"), 0);
+    }
     // The other post kernels (MhcPostKernel) on a state with NaNs (payloads, signs) and infinities
     // planted: the first ring kernel's bytes (not the CPU's: GPU arithmetic returns the canonical NaN).
     Tensor sn = state.clone();

@@ -159,10 +159,22 @@ TEST(OpsCpuMhc, PostResSinkhornAndHyperConnect) {
   const MhcBranchWeights w = make_branch(g);
   auto outs = thread_invariant([&](Backend& be) {
     Tensor s = sb.clone(), hp = Tensor::zeros({T, 4}, DType::F32), hr = Tensor::zeros({T, 16}, DType::F32);
+    Tensor ss = Tensor::zeros({T}, DType::F32);
     be.mhc_post_res({.state = s.slice_cols(2, 2 + VW), .o = o, .logits = logits, .w = &w, .h_post = hp,
-                     .h_res = hr, .c = c});
-    return std::vector<Tensor>{s, hp, hr};
+                     .h_res = hr, .c = c, .ss = ss});
+    return std::vector<Tensor>{s, hp, hr, ss};
   });
+  // ss: the sum of squares of each new state row (the next logits' RMSNorm input; NaN rows stay NaN).
+  for (int64_t r = 0; r < T; ++r) {
+    double want = 0;
+    for (int64_t col = 0; col < VW; ++col) want += at(outs[0], r, 2 + col) * at(outs[0], r, 2 + col);
+    const double got = at(outs[3], r);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << "ss of token " << r;
+    } else {
+      EXPECT_NEAR(got, want, 1e-6 * want) << "ss of token " << r;
+    }
+  }
   const Tensor old = sb.slice_cols(2, 2 + VW), st = outs[0].slice_cols(2, 2 + VW);
   const double acp = at(w.alpha_post, 0) * static_cast<double>(c), acr = at(w.alpha_res, 0) * static_cast<double>(c);
   UlpCheck cp{"mhc H_post", 1}, cr{"mhc H_res (Sinkhorn)", 1}, cs{"mhc hyper-connect", 1};

@@ -21,16 +21,20 @@ void Dit::layer(int l, const DitRunOptions& opt) {
 
   // One mHC-wrapped branch (spec §9): logits from the state before the branch,
   // branch input from H_pre, then H_post/H_res fold the branch output back in.
+  // The post + residual also leaves the new state rows' sums of squares for
+  // the next branch's logits (a backend may use them instead of a second read).
   auto branch = [&](const std::string& name, const Tensor& phi, const MhcBranchWeights& mw, auto&& body) {
     be_.mark("mhc");
-    be_.mhc_logits({.state = ws.state, .norm_w = L.mhc_norm, .phi = phi, .logits = ws.logits, .groups = gm});
+    be_.mhc_logits({.state = ws.state, .norm_w = L.mhc_norm, .phi = phi, .logits = ws.logits, .groups = gm,
+                    .ss = ws.ss_fresh ? ws.ss : Tensor()});
     be_.mhc_pre({.state = ws.state, .logits = ws.logits, .w = &mw, .a = ws.branch_in, .h_pre = ws.h_pre, .c = c});
     if (want) dump(opt, p + name + "_in", ws.branch_in);
     body();
     if (want) dump(opt, p + name + "_out", ws.branch_out);
     be_.mark("mhc");
     be_.mhc_post_res({.state = ws.state, .o = ws.branch_out, .logits = ws.logits, .w = &mw,
-                      .h_post = ws.h_post, .h_res = ws.h_res, .c = c});
+                      .h_post = ws.h_post, .h_res = ws.h_res, .c = c, .ss = ws.ss});
+    ws.ss_fresh = true;
     if (want) {
       dump(opt, p + "h_post_" + name, ws.h_post);
       dump(opt, p + "h_res_" + name, ws.h_res);

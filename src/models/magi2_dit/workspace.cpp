@@ -69,6 +69,7 @@ DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, co
     rope = L.carve({n, 6 * a.rope_bands()}, F);
     state = L.carve({n, vw}, B);
     logits = L.carve({n, 24}, F);
+    ss = L.carve({n}, F);
     h_pre = L.carve({n, 4}, F);
     h_post = L.carve({n, 4}, F);
     h_res = L.carve({n, 16}, F);

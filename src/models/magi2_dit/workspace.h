@@ -48,6 +48,8 @@ class DitWorkspace {
   Tensor h0;         ///< [N, 4D] f32 pre-adapter output
   Tensor state;      ///< [N, 4D] bf16 mHC residual streams (permuted)
   Tensor logits;     ///< [N, 24] f32 mHC logits
+  Tensor ss;         ///< [N] f32 the state rows' sums of squares: mhc_post_res -> the next mhc_logits
+  bool ss_fresh = false;  ///< ss holds the current state's sums (false until a layer's first post + residual)
   Tensor h_pre;      ///< [N, 4] f32
   Tensor h_post;     ///< [N, 4] f32
   Tensor h_res;      ///< [N, 16] f32
