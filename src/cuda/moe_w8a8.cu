@@ -12,7 +12,6 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/fp8_fragment.cuh"
-#include "cuda/fp8_quant.cuh"
 #include "cuda/moe_expert_fused.h"
 #include "ops/backend_options.h"
 #include "ops/numerics.h"

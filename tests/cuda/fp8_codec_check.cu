@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "mismatch_count.cuh"
 #include "ops/numerics.h"
 
 namespace magi2::test {
@@ -72,31 +73,15 @@ __global__ void quant_rcp_mismatch_kernel(int scales, int sweep, unsigned long l
   if (local != 0) atomicAdd(count, local);
 }
 
-unsigned long long* count_buffer(cudaStream_t s) {
-  unsigned long long* d = nullptr;
-  if (cudaMalloc(&d, sizeof(*d)) != cudaSuccess) return nullptr;
-  cudaMemsetAsync(d, 0, sizeof(*d), s);
-  return d;
-}
-
-uint64_t read_count(unsigned long long* d, cudaStream_t s) {
-  unsigned long long h = ~0ull;
-  cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, s);
-  cudaStreamSynchronize(s);
-  cudaFree(d);
-  return h;
-}
-
 }  // namespace
 
 /// Number of non-negative, non-NaN fp32 inputs (2^31 patterns less the NaNs)
 /// on which the hardware e4m3 rounding differs from f32_to_e4m3_bits.
 /// Synchronises `s`; all ones on an allocation failure.
 uint64_t e4m3_cvt_mismatches(cudaStream_t s) {
-  unsigned long long* d = count_buffer(s);
-  if (d == nullptr) return ~0ull;
-  e4m3_cvt_mismatch_kernel<<<1024, 256, 0, s>>>(d);
-  return read_count(d, s);
+  unsigned long long* d = mismatch_counter(s);
+  if (d != nullptr) e4m3_cvt_mismatch_kernel<<<1024, 256, 0, s>>>(d);
+  return read_mismatches(d, s);
 }
 
 /// Number of (value, scale) inputs on which fp8_act_quant_rcp differs from
@@ -104,10 +89,9 @@ uint64_t e4m3_cvt_mismatches(cudaStream_t s) {
 /// every e4m3 rounding boundary (~35,000) and `sweep` random group values.
 /// Synchronises `s`; all ones on an allocation failure.
 uint64_t fp8_quant_rcp_mismatches(int scales, int sweep, cudaStream_t s) {
-  unsigned long long* d = count_buffer(s);
-  if (d == nullptr) return ~0ull;
-  quant_rcp_mismatch_kernel<<<(scales + 127) / 128, 128, 0, s>>>(scales, sweep, d);
-  return read_count(d, s);
+  unsigned long long* d = mismatch_counter(s);
+  if (d != nullptr) quant_rcp_mismatch_kernel<<<(scales + 127) / 128, 128, 0, s>>>(scales, sweep, d);
+  return read_mismatches(d, s);
 }
 
 }  // namespace magi2::test

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/device_fp.cuh"
+#include "mismatch_count.cuh"
 
 namespace magi2::test {
 
@@ -29,15 +30,9 @@ __global__ void sigmoid_fast_mismatch_kernel(unsigned long long* __restrict__ co
 /// Number of fp32 inputs on which the two sigmoid forms differ in bits (NaN
 /// results count as equal whatever their payload). Synchronises `s`.
 uint64_t sigmoid_fast_mismatches(cudaStream_t s) {
-  unsigned long long* d = nullptr;
-  unsigned long long h = ~0ull;
-  if (cudaMalloc(&d, sizeof(*d)) != cudaSuccess) return h;
-  cudaMemsetAsync(d, 0, sizeof(*d), s);
-  sigmoid_fast_mismatch_kernel<<<1024, 256, 0, s>>>(d);
-  cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, s);
-  cudaStreamSynchronize(s);
-  cudaFree(d);
-  return h;
+  unsigned long long* d = mismatch_counter(s);
+  if (d != nullptr) sigmoid_fast_mismatch_kernel<<<1024, 256, 0, s>>>(d);
+  return read_mismatches(d, s);
 }
 
 }  // namespace magi2::test

@@ -1,7 +1,6 @@
 // W8A8 FP8 routed experts on the CUDA backend (docs/fp8.md): the device's
 // e4m3 rounding and multiplying quantiser against ops/numerics.h's software
-// ones (fp8_quant.cuh and the quantising scatter use them), the quantising
-// scatter, the K-major bank transpositions (W_down's in the Z fragment's k
+// ones (the quantising scatter uses them), the quantising scatter, the K-major bank transpositions (W_down's in the Z fragment's k
 // order) and the fused FP8 kernel (moe_expert_fused_fp8.cu), against the CPU
 // W8A8 reference (cpu/moe_w8a8.cpp), which has the same rounding points.
 // Stated tolerance: rel-RMS < 3e-2 and max-abs < 8 % of the reference's max.

@@ -55,6 +55,19 @@ class CudaFusedTest : public test::CudaParityTest {
     scratch_ = test::split_scratch_on(*gpu_);
   }
   cudaStream_t stream() { return static_cast<cudaStream_t>(cuda_stream_of(*gpu_)); }
+  /// max |got - ref| (infinite where a difference is NaN) and max |ref| of two CPU f32 tensors.
+  struct MaxErr {
+    double err = 0, ref = 0;
+  };
+  static MaxErr max_err(const Tensor& got, const Tensor& ref) {
+    MaxErr m;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      m.ref = std::max(m.ref, std::fabs(static_cast<double>(ref.data_as<float>()[i])));
+      const double e = std::fabs(static_cast<double>(got.data_as<float>()[i]) - ref.data_as<float>()[i]);
+      m.err = std::isnan(e) ? INFINITY : std::max(m.err, e);
+    }
+    return m;
+  }
   /// A CPU f32 tensor holding `v`.
   static Tensor values(const Shape& shape, const std::vector<float>& v) {
     Tensor t = Tensor::empty(shape, DType::F32);
@@ -113,15 +126,10 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
     const MhcLogitsParams pl{.state = state_g, .norm_w = up(norm_w), .phi = up(phi), .logits = lg, .groups = g};
     ASSERT_TRUE(cuda::mhc_logits_fused(pl, *scratch_, stream()));
     const Tensor lh = down(lg);
-    double max_ref = 0, max_err = 0;
-    for (int64_t i = 0; i < lc.numel(); ++i) {
-      max_ref = std::max(max_ref, std::fabs(static_cast<double>(lc.data_as<float>()[i])));
-      const double e = std::fabs(static_cast<double>(lh.data_as<float>()[i]) - lc.data_as<float>()[i]);
-      max_err = std::isnan(e) ? INFINITY : std::max(max_err, e);
-    }
-    std::printf("  logits: max |fused - cpu| = %.3g, max |cpu| = %.3g (ratio %.3g, bound 1e-4)\n", max_err, max_ref,
-                max_err / max_ref);
-    EXPECT_LE(max_err, 1e-4 * max_ref);
+    const MaxErr le = max_err(lh, lc);
+    std::printf("  logits: max |fused - cpu| = %.3g, max |cpu| = %.3g (ratio %.3g, bound 1e-4)\n", le.err, le.ref,
+                le.err / le.ref);
+    EXPECT_LE(le.err, 1e-4 * le.ref);
     // Through the checked entry point with the fast path selected: the same bytes (deterministic).
     const cuda::FusedPaths fast{.mhc = true, .router = false, .scratch = scratch_.get()};
     Tensor lg2 = poisoned({t, 24}, DType::F32);
@@ -181,15 +189,10 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
                                 .ss = ssg};
       gpu_->mhc_logits(pg1);
       const Tensor l1h = down(l1g);
-      double ref = 0, err = 0;
-      for (int64_t i = 0; i < l1.numel(); ++i) {
-        ref = std::max(ref, std::fabs(static_cast<double>(l1.data_as<float>()[i])));
-        const double e = std::fabs(static_cast<double>(l1h.data_as<float>()[i]) - l1.data_as<float>()[i]);
-        err = std::isnan(e) ? INFINITY : std::max(err, e);
-      }
+      const MaxErr ge = max_err(l1h, l1);
       std::printf("  logits from ss (one GEMM): max |gpu - cpu| = %.3g, max |cpu| = %.3g (ratio %.3g, bound 1e-4)\n",
-                  err, ref, err / ref);
-      EXPECT_LE(err, 1e-4 * ref);
+                  ge.err, ge.ref, ge.err / ge.ref);
+      EXPECT_LE(ge.err, 1e-4 * ge.ref);
       MhcLogitsParams pg2 = pg1;
       pg2.logits = poisoned({t, 24}, DType::F32);
       gpu_->mhc_logits(pg2);
