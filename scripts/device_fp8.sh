@@ -36,7 +36,7 @@ step() {  # name, timeout, command...
   echo "== $name rc=$r $(( $(date +%s) - t0 ))s"
 }
 summary() { grep -E '^\[  PASSED|^\[  FAILED|Failure|Expected|Which is|rror' "$out/$1.log" | head -${2:-12}; }
-bench_lines() { grep -E "^bench|step|attn.core|attn.proj|shared|split|dense|routed|ceiling|peak" "$out/$1.log" | head -${2:-14}; }
+bench_lines() { grep -E "^bench|step|attn.core|attn.proj|attn.glue|shared|split|dense|routed|ceiling|peak" "$out/$1.log" | head -${2:-14}; }
 case $phase in
   check)
     step attn 150 ./test_cuda_attn_cudnn --gtest_filter='*Flash*'
@@ -113,6 +113,31 @@ case $phase in
       step step_w8a16 150 $b --resolutions 272p; bench_lines step_w8a16 20
     fi
     ;;
-  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8, w8a8full or w8a8all, got '$phase'" >&2; exit 2 ;;
+  qkv8)
+    # The FP8 attention producer (AttnQkvParams::fp8, attn_glue.cu): the attention tests, bench_attention --fp8 (each
+    # producer form timed), the op table, then the 272p step with FP8 attention and W8A8 experts for each
+    # MAGI2_ATTN_QKV_FP8 (two-pass: the path before it) -- the whole model on an H200, one shared
+    # FP8 bank elsewhere. ~7 min on an H100.
+    step attn 200 ./test_cuda_attn_cudnn; summary attn 12
+    step bench_attn 150 ./bench_attention --fp8 --reps 5
+    grep -E "FP8 (producer|quantiser|: quantiser)|^272p|^540p" "$out/bench_attn.log" | head -16
+    step ops 240 ./test_cuda_backend_ops; grep -E "attn_qkv|FP8 operands|entries|FAIL" "$out/ops.log" | head -12
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    b="./magi2 bench --weights fp8-experts --steps 2 --warmup 1 --attention-compute fp8 --fp8-compute w8a8 --resolutions ${RES:-272p}"
+    [ "$mem" -gt 120000 ] && b="$b --full-model"
+    for k in ${KERNELS:-two-pass q-in-producer}; do
+      step "step_$k" ${T1:-200} env MAGI2_ATTN_QKV_FP8=$k $b; bench_lines "step_$k" 24
+    done
+    ;;
+  qkv8full)
+    # On an H200: the producer's parity test, then the whole 114B model (W8A8 experts, FP8 attention) at
+    # 272p and 540p with the default producer, and at 272p with the two-pass path. ~8 min.
+    step attn 120 ./test_cuda_attn_cudnn --gtest_filter='*AttnQkvFp8*:*FlashFp8*'; summary attn 6
+    b="./magi2 bench --weights fp8-experts --full-model --steps 2 --warmup 1 --attention-compute fp8 --fp8-compute w8a8"
+    step full_default ${T1:-300} $b --resolutions 272p,540p; bench_lines full_default 40
+    step full_two_pass ${T2:-170} env MAGI2_ATTN_QKV_FP8=two-pass $b --resolutions 272p
+    bench_lines full_two_pass 20
+    ;;
+  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8, w8a8full, w8a8all, qkv8 or qkv8full, got '$phase'" >&2; exit 2 ;;
 esac
 exit $rc

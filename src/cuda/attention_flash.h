@@ -55,8 +55,10 @@ FlashFp8Operands attention_fp8_layout(void* base, int64_t t, int64_t h, int64_t 
 /// Quantises p.q, p.k, p.v (bf16 [T, H, 128]) into `f` (attention_fp8.cu);
 /// the scales and e4m3 values are those of the CPU reference
 /// (cpu/attention_fp8.cpp) bit for bit. Enqueues on `s`, no host wait.
+/// with_q = false: k and v only (f.q and f.sq were written by attn_qkv with
+/// AttnQkvParams::fp8; p.q is not read).
 void attention_fp8_quantize(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
-                            cudaStream_t s);
+                            cudaStream_t s, bool with_q = true);
 
 /// FP8 kernel variants, for measurements (bench_attention --fp8). kDefault:
 /// the two consumer warpgroups issue their GEMMs independently (no
@@ -72,11 +74,16 @@ enum class Fp8FlashVariant { kDefault, kPingPong, kThreeStages, kEmu2 };
 void attention_flash_fp8(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
                          cudaStream_t s, Fp8FlashVariant v = Fp8FlashVariant::kDefault);
 
-/// AttentionParams::fp8 on CUDA: attention_fp8_quantize into scratch owned
-/// per (device, stream), then attention_flash_fp8. A call larger than any
-/// before on its stream grows the scratch (after a wait for the stream), so
-/// that call must run outside stream capture (Error otherwise, as cuDNN's
-/// plans); calls that fit allocate nothing.
+/// The FP8 operands' scratch of (current device, s) for T tokens, H heads and
+/// nseq samples: owned for the process, one per (device, stream), shared by
+/// attention_fp8 and attn_qkv with AttnQkvParams::fp8. A shape larger than any before on `s`
+/// grows it (after a wait for the stream, so outside stream capture only:
+/// Error otherwise, as cuDNN's plans); shapes that fit allocate nothing.
+FlashFp8Operands attention_fp8_operands(int64_t t, int64_t h, int64_t nseq, cudaStream_t s);
+
+/// AttentionParams::fp8 on CUDA: attention_fp8_quantize into the scratch of
+/// attention_fp8_operands (skipped with p.fp8_from_qkv: attn_qkv with
+/// AttnQkvParams::fp8 filled it), then attention_flash_fp8.
 void attention_fp8(const AttentionParams& p, const AttentionShape& a, cudaStream_t s);
 
 }  // namespace magi2::cuda

@@ -15,10 +15,14 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/attention_flash.h"
 #include "cuda/attn_ops.h"
 #include "cuda/attn_glue_variants.h"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
+#include "cuda/env_choice.h"
+#include "ops/fp8_attention_layout.h"
+#include "ops/numerics.h"
 
 namespace magi2::cuda {
 
@@ -149,6 +153,24 @@ __device__ __forceinline__ float inv_rms(const float* xv, int hd, int lane, unsi
   return 1.0f / sqrtf(ms + eps);
 }
 
+/// One (token, head) row of q as FP8 attention's operand: the half-warp's 8
+/// values a lane (bf16-exact) -> e4m3 bytes at dst (the lane's 8) and the row's
+/// scale at *scale (lane 0), with the rule of ops/numerics.h (fp8_amax_step,
+/// fp8_act_scale; fp8_act_quant's bytes by its reciprocal form). mask: the half-warp.
+__device__ __forceinline__ void store_q8(const float* f, uint8_t* dst, float* scale, int lane, unsigned mask) {
+  float m = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m = fp8_amax_step(m, f[j]);
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) m = fp8_amax_step(m, __shfl_xor_sync(mask, m, o, 16));
+  const float sc = fp8_act_scale(m), rcp = fp8_act_rcp(sc);
+  if (lane == 0) *scale = sc;
+  uint32_t w[2] = {0u, 0u};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) w[j / 4] |= static_cast<uint32_t>(fp8_act_quant_rcp(f[j], sc, rcp)) << (8 * (j % 4));
+  *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+}
+
 // The default producer for 16-byte aligned rows, head dim 128 and a rotary
 // half that is a multiple of 8 (the DiT's 48): one half-warp per (token, head)
 // does its q, k and v (one index read, three 16-byte loads in flight, one read
@@ -202,11 +224,15 @@ __device__ __forceinline__ void rope8(float* f, const float* sn, const float* cs
   }
 }
 
+// kQ8 (AttnQkvParams::fp8): q goes out as FP8 attention's e4m3 operand with its row scale (q8 [T, H, 128],
+// sq [T, H]: the bytes attention_fp8_quantize makes of the bf16 q) instead of bf16.
+template <bool kQ8>
 __global__ void __launch_bounds__(kThreads)
     attn_qkv_reg_kernel(const uint16_t* __restrict__ qkv, int64_t ldx, const float* __restrict__ q_norm,
                         const float* __restrict__ k_norm, const float* __restrict__ table, int64_t ldt,
                         const int32_t* __restrict__ src_rows, uint16_t* __restrict__ q, uint16_t* __restrict__ k,
-                        uint16_t* __restrict__ v, int64_t t, int h, int half, int4 cu, int groups, float eps) {
+                        uint16_t* __restrict__ v, int64_t t, int h, int half, int4 cu, int groups, float eps,
+                        uint8_t* __restrict__ q8, float* __restrict__ sq) {
   __shared__ __align__(16) float buf[kVecs * kRegStride];
   const int64_t vid = static_cast<int64_t>(blockIdx.x) * kVecs + threadIdx.x / 16;
   const int lane = threadIdx.x & 15;
@@ -217,7 +243,12 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t o = vid * kRegHd + lane * 8;
   if (s < 0 || s >= t) {  // as attn_qkv_kernel: a bad source row gives zeros
     const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-    *reinterpret_cast<uint4*>(q + o) = z;
+    if constexpr (kQ8) {
+      const float f0[8] = {};
+      store_q8(f0, q8 + vid * kRegHd + lane * 8, sq + vid, lane, (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu);
+    } else {
+      *reinterpret_cast<uint4*>(q + o) = z;
+    }
     *reinterpret_cast<uint4*>(k + o) = z;
     *reinterpret_cast<uint4*>(v + o) = z;
     return;
@@ -250,7 +281,13 @@ __global__ void __launch_bounds__(kThreads)
   }
   rope8(fq, sn, cs, lane, hl, partner, mask);
   rope8(fk, sn, cs, lane, hl, partner, mask);
-  store8(q + o, true, fq);
+  if constexpr (kQ8) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) fq[j] = round_bf16(fq[j]);  // the bf16 q attention_fp8_quantize would read
+    store_q8(fq, q8 + vid * kRegHd + lane * 8, sq + vid, lane, mask);
+  } else {
+    store8(q + o, true, fq);
+  }
   store8(k + o, true, fk);
 }
 
@@ -365,9 +402,52 @@ void check_thd(const Tensor& x, const Shape& shape, const char* what) {
 
 }  // namespace
 
-void attn_qkv(const AttnQkvParams& p, cudaStream_t s) { attn_qkv_variant(p, s, AttnQkvKernel::kAuto); }
+void attn_qkv(const AttnQkvParams& p, cudaStream_t s) {
+  if (!p.fp8) return attn_qkv_variant(p, s, AttnQkvKernel::kAuto);
+  // MAGI2_ATTN_QKV_FP8 (a measurement knob, attn_glue_variants.h): q-in-producer (default) or two-pass.
+  const int two_pass = env_choice("MAGI2_ATTN_QKV_FP8", {"q-in-producer", "two-pass"}) == 1;
+  attn_qkv_fp8_variant(p, s, two_pass ? AttnQkvFp8Kernel::kTwoPass : AttnQkvFp8Kernel::kQInProducer);
+}
 
-void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvKernel which) {
+void attn_qkv_fp8_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvFp8Kernel which) {
+  const AttnQkvShape a = check_attn_qkv(p);
+  const Tensor& cs = p.cu_seqlens;
+  MAGI2_CHECK(cs.defined() && cs.device() == Device::CUDA && cs.dtype() == DType::I32 && cs.dim() == 1 &&
+                  cs.numel() >= 2 && cs.is_contiguous(),
+              "attn_qkv.cu_seqlens: FP8 attention's operands need the attention call's cu_seqlens, i32 [nseq+1] "
+              "on the GPU");
+  MAGI2_CHECK(a.hd == kRegHd && a.half % 8 == 0 && aligned16(p.qkv.data()) && p.qkv.row_stride() % 8 == 0 &&
+                  aligned16(p.k.data()) && aligned16(p.v.data()) && aligned16(p.table.data()) &&
+                  p.table.row_stride() % 4 == 0 && aligned16(p.q_norm.data()) && aligned16(p.k_norm.data()),
+              "CUDA backend: attn_qkv with FP8 attention needs head dim ", kRegHd,
+              ", a rotary half that is a multiple of 8 and 16-byte aligned rows (got head dim ", a.hd,
+              ", rotary half ", a.half, ")");
+  MAGI2_CHECK(attention_flash_supported(kRegHd), "attn_qkv.fp8: FP8 attention needs the CUTLASS headers");
+  const int64_t nseq = cs.numel() - 1;
+  const FlashFp8Operands f = attention_fp8_operands(a.t, a.h, nseq, s);
+  if (a.t == 0 || a.h == 0) return;
+  AttentionParams ap;  // what attention_fp8_quantize reads of the attention call: q, k, v
+  ap.q = p.q;
+  ap.k = p.k;
+  ap.v = p.v;
+  AttentionShape as;
+  as.t = a.t, as.h = a.h, as.hd = a.hd, as.nseq = nseq, as.cu = cs.data_as<int32_t>();
+  if (which == AttnQkvFp8Kernel::kTwoPass) {
+    attn_qkv_variant(p, s, AttnQkvKernel::kAuto);
+    return attention_fp8_quantize(ap, as, f, s);
+  }
+  const int4 cu = make_int4(static_cast<int>(p.groups.cu[0]), static_cast<int>(p.groups.cu[1]),
+                            static_cast<int>(p.groups.cu[2]), static_cast<int>(p.groups.cu[3]));
+  attn_qkv_reg_kernel<true><<<vec_blocks(a.t * a.h), kThreads, 0, s>>>(
+      p.qkv.data_as<uint16_t>(), p.qkv.row_stride(), p.q_norm.data_as<float>(), p.k_norm.data_as<float>(),
+      p.table.data_as<float>(), p.table.row_stride(), p.src_rows.data_as<int32_t>(), nullptr,
+      p.k.data_as<uint16_t>(), p.v.data_as<uint16_t>(), a.t, static_cast<int>(a.h), static_cast<int>(a.half), cu,
+      p.groups.count, p.eps, f.q, f.sq);
+  MAGI2_CUDA_CHECK_LAUNCH("attn_qkv.fp8");
+  attention_fp8_quantize(ap, as, f, s, /*with_q=*/false);
+}
+
+AttnQkvShape check_attn_qkv(const AttnQkvParams& p) {
   MAGI2_CHECK(p.q.defined() && p.q.dim() == 3, "attn_qkv.q: expected [T, H, hd]");
   const int64_t t = p.q.size(0), h = p.q.size(1), hd = p.q.size(2);
   check_thd(p.q, p.q.shape(), "attn_qkv.q");
@@ -387,7 +467,14 @@ void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvKernel whic
   const int64_t half = p.table.size(1) / 2;
   check_2d(p.table, t, 2 * half, "attn_qkv.table");
   MAGI2_CHECK(2 * half <= hd, "attn_qkv: rotary dim ", 2 * half, " exceeds head dim ", hd);
-  const int32_t* rows = check_index_on(Device::CUDA, p.src_rows, t, "attn_qkv.src_rows");
+  (void)check_index_on(Device::CUDA, p.src_rows, t, "attn_qkv.src_rows");
+  return {t, h, hd, half};
+}
+
+void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvKernel which) {
+  const AttnQkvShape a = check_attn_qkv(p);
+  const int64_t t = a.t, h = a.h, hd = a.hd, half = a.half;
+  const int32_t* rows = p.src_rows.data_as<int32_t>();
   if (t == 0 || h == 0) return;
   const bool vec = aligned16(p.qkv.data()) && p.qkv.row_stride() % 8 == 0 && aligned16(p.q.data()) &&
                    aligned16(p.k.data()) && aligned16(p.v.data());
@@ -396,10 +483,11 @@ void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvKernel whic
   const bool reg_fits = vec && hd == kRegHd && half % 8 == 0 && p.table.row_stride() % 4 == 0 &&
                         aligned16(p.table.data()) && aligned16(p.q_norm.data()) && aligned16(p.k_norm.data());
   if (reg_fits && (which == AttnQkvKernel::kAuto || which == AttnQkvKernel::kRegisters)) {
-    attn_qkv_reg_kernel<<<vec_blocks(t * h), kThreads, 0, s>>>(
+    attn_qkv_reg_kernel<false><<<vec_blocks(t * h), kThreads, 0, s>>>(
         p.qkv.data_as<uint16_t>(), p.qkv.row_stride(), p.q_norm.data_as<float>(), p.k_norm.data_as<float>(),
         p.table.data_as<float>(), p.table.row_stride(), rows, p.q.data_as<uint16_t>(), p.k.data_as<uint16_t>(),
-        p.v.data_as<uint16_t>(), t, static_cast<int>(h), static_cast<int>(half), cu, p.groups.count, p.eps);
+        p.v.data_as<uint16_t>(), t, static_cast<int>(h), static_cast<int>(half), cu, p.groups.count, p.eps, nullptr,
+        nullptr);
     MAGI2_CUDA_CHECK_LAUNCH("attn_qkv");
     return;
   }

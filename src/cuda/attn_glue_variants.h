@@ -21,6 +21,18 @@ enum class AttnQkvKernel {
 /// AttnQkvParams with a chosen kernel (same checks and bytes as attn_qkv).
 void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvKernel kernel);
 
+/// Which form of AttnQkvParams::fp8 runs (attn_glue.cu).
+enum class AttnQkvFp8Kernel {
+  kQInProducer,  ///< the register kernel writes q as e4m3 + row scales (and k, v bf16); the quantiser takes
+                 ///< k and v only (the default)
+  kTwoPass,      ///< attn_qkv's bf16 q, k, v, then attention_fp8_quantize of all three (the path before)
+};
+
+/// AttnQkvParams::fp8 with a chosen form (same checks and bytes as attn_qkv with fp8): FP8 attention's
+/// operands in the scratch of attention_fp8_operands(T, H, nseq, s). Needs head dim 128, a rotary half
+/// that is a multiple of 8, 16-byte aligned rows and p.cu_seqlens (Error naming what is missing).
+void attn_qkv_fp8_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvFp8Kernel kernel);
+
 /// Which attn_out kernel runs.
 enum class AttnOutKernel {
   kAuto,      ///< kRows where it applies, else kHalfWarp (what attn_out runs)

@@ -61,8 +61,17 @@ void attention_fp32(const AttentionParams& p, cudaStream_t s);
 /// 64 and 128 (block_sparse_attention.cu). The pair list is planned and
 /// uploaded on its first call, which must be outside stream capture.
 void block_sparse_attention(const BlockSparseAttentionParams& p, cudaStream_t s);
-/// AttnQkvParams: one kernel, bit-identical to rms_norm + rope + gather_rows (attn_glue.cu).
+/// AttnQkvParams: one kernel, bit-identical to rms_norm + rope + gather_rows (attn_glue.cu). With p.fp8:
+/// FP8 attention's operands (attn_qkv_fp8_variant, attn_glue_variants.h), p.q not written.
 void attn_qkv(const AttnQkvParams& p, cudaStream_t s);
+/// The checked shape of an attn_qkv call: tokens, heads, head dim, rotary half (attn_glue.cu).
+struct AttnQkvShape {
+  int64_t t = 0, h = 0, hd = 0, half = 0;
+};
+/// Checks AttnQkvParams for the CUDA backend (devices, dtypes, shapes; p.q, p.k,
+/// p.v give T, H, hd even where p.fp8 leaves them unwritten); throws Error
+/// naming the bad tensor.
+AttnQkvShape check_attn_qkv(const AttnQkvParams& p);
 /// AttnOutParams: one kernel for sink factor + gather + gate (attn_glue.cu).
 void attn_out(const AttnOutParams& p, cudaStream_t s);
 /// In place o[t, h, :] = bf16(o * exp(lse - logaddexp(lse, sinks[h]))): o [T, H, hd]

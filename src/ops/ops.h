@@ -159,6 +159,11 @@ struct AttentionParams {
   /// (cpu/attention_fp8.cpp); CUDA runs the own flash kernel in FP8
   /// (attention_flash.h). --attention-compute fp8 sets it for the DiT.
   bool fp8 = false;
+  /// With fp8: this call's q, k, v went through attn_qkv with AttnQkvParams::fp8
+  /// just before (same stream, no other FP8 attention between), so CUDA takes the FP8 operands
+  /// that call wrote and skips its own quantisation; the CPU quantises q, k, v as
+  /// without it (the same bytes either way).
+  bool fp8_from_qkv = false;
 };
 
 /// Block-sparse (range-list) attention, the refiner's window attention
@@ -200,6 +205,13 @@ struct AttnQkvParams {
   Tensor q, k, v;
   Groups groups;  ///< row groups of qkv (modality order)
   float eps = 1e-6f;
+  /// FP8 attention follows (AttentionParams::fp8 and fp8_from_qkv on the same
+  /// q, k, v, with these cu_seqlens [nseq+1] i32 on the backend's device): CUDA
+  /// then also makes that call's e4m3 operands and scales (q quantised here, not
+  /// written as bf16: one pass over q less; needs head dim 128); the CPU writes
+  /// q, k, v as without it.
+  bool fp8 = false;
+  Tensor cu_seqlens;
 };
 
 /// Attention consumer before the output projection (spec §6 steps 7-9), one op:

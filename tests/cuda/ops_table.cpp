@@ -236,6 +236,42 @@ OpEntry attn_qkv_entry(int64_t t, int64_t h, int64_t hd, int64_t nb) {
           }};
 }
 
+/// The DiT's FP8 attention path (--attention-compute fp8): attn_qkv with AttnQkvParams::fp8, whose
+/// CUDA form writes the e4m3 operands directly (attn_qkv_fp8.cu), then attention with fp8_from_qkv.
+/// Against the CPU's FP8 reference with attention_entry's FP8 bounds (the producer itself is bit-exact
+/// with the two-pass path: test_cuda_attn_cudnn); timed as the pair, attention's FLOPs.
+OpEntry attn_qkv_fp8_entry(std::vector<int32_t> cu, int64_t h) {
+  const int64_t t = cu.back(), hd = 128;
+  int64_t max_len = 0;
+  double flops = 0;
+  for (size_t i = 1; i < cu.size(); ++i) {
+    const int64_t n = cu[i] - cu[i - 1];
+    max_len = std::max(max_len, n);
+    flops += 4.0 * static_cast<double>(h * hd) * static_cast<double>(n) * static_cast<double>(n);
+  }
+  const std::string s = dims({t, h, hd}) + ", " + std::to_string(cu.size() - 1) +
+                        " samples, rotary 96, 3 groups, permuted rows, FP8 operands from the producer";
+  return {"attn_qkv+attention", s, rel_rms(8e-3, 0.05), flops, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            Tensor qkv = b.in(b.uniform({t, 3 * h * hd}, kBf16, -3.f, 3.f));
+            Tensor qn = b.in(b.uniform({3 * hd}, kF32, -0.5f, 0.5f)), kn = b.in(b.uniform({3 * hd}, kF32, -0.5f, 0.5f));
+            Tensor table = b.in(b.uniform({t, 96}, kF32, -1.f, 1.f));
+            Tensor sinks = b.in(b.uniform({h}, kF32, -3.f, 3.f)), d_cu = b.in_i32(cu);
+            Tensor q = be.alloc({t, h, hd}, kBf16), k = be.alloc({t, h, hd}, kBf16), v = be.alloc({t, h, hd}, kBf16);
+            const AttnQkvParams pq{.qkv = qkv, .q_norm = qn, .k_norm = kn, .table = table,
+                                   .src_rows = b.in_i32(permutation(b, t)), .q = q, .k = k, .v = v,
+                                   .groups = three_groups(t / 2, t * 3 / 4, t), .fp8 = true, .cu_seqlens = d_cu};
+            const AttentionParams pa{.q = q, .k = k, .v = v, .sinks = sinks, .o = b.out({t, h, hd}, kBf16),
+                                     .cu_seqlens = d_cu, .max_seqlen = max_len,
+                                     .scale = 1.f / std::sqrt(static_cast<float>(hd)), .lse = b.out({t, h}, kF32),
+                                     .fp8 = true, .fp8_from_qkv = true};
+            return b.done([&be, pq, pa] {
+              be.attn_qkv(pq);
+              be.attention(pa);
+            });
+          }};
+}
+
 /// The attention consumer (sink factor, output gate, the permutation back) with a head slice of the
 /// sinks; within 1 ulp (CUDA's log1pf in the sink factor; test_cuda_attn_cudnn).
 OpEntry attn_out_entry(int64_t t, int64_t h, int64_t hd) {
@@ -553,6 +589,7 @@ std::vector<OpEntry> backend_op_table() {
   }
 
   t.push_back(attn_qkv_entry(2048, 24, 128, 16));
+  t.push_back(attn_qkv_fp8_entry({0, 1, 1, 1500, 3100}, 24));
   t.push_back(attn_out_entry(2048, 24, 128));
   t.push_back(attention_entry({0, 1024, 1024, 2048}, 24, 128, 0, 3.5f));
   t.push_back(attention_entry({0, 1, 1, 1500, 3100}, 24, 128, 0, 3.5f, true));

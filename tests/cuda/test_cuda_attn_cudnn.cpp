@@ -31,6 +31,7 @@
 #include "cuda/attn_glue_variants.h"
 #include "cuda/backend_cuda.h"
 #include "cuda_fixture.h"
+#include "ops/fp8_attention_layout.h"
 #include "ops/ops.h"
 #include "util/testing.h"
 
@@ -339,6 +340,99 @@ TEST_F(CudnnAttentionTest, AttnQkvMatchesCpuBitForBit) {
       EXPECT_EQ(count_diff(down(jv), wv, (name + "v").c_str()), 0);
     }
   }
+}
+
+// AttnQkvParams::fp8 (attn_glue.cu): the producer that writes q as FP8 attention's operand (k and v then
+// quantised alone) gives, in each of its forms, every byte of attn_qkv + attention_fp8_quantize (e4m3 q,
+// k, V^T and the scales; both buffers start from the same fill, so the columns of tiles past the last
+// sample compare too), and attention with fp8_from_qkv then gives the o and lse of the two-pass path.
+// Edges: a 1-token and an empty sample, bad source rows (zeros), three modality groups, qkv as a
+// row-strided slice.
+TEST_F(CudnnAttentionTest, AttnQkvFp8MatchesTheTwoPassPath) {
+  if (!cuda::attention_flash_supported(128)) GTEST_SKIP() << "FP8 attention needs the CUTLASS headers";
+  struct C {
+    std::vector<int32_t> cu;
+    int64_t h;
+    std::array<int64_t, 4> gcu;
+    int groups;
+    bool bad_rows;
+  };
+  auto s = static_cast<cudaStream_t>(cuda_stream_of(*gpu_));
+  for (const C& c : {C{{0, 1, 1, 1500, 1629}, 24, {0, 1000, 1400, 1629}, 3, true},
+                     C{{0, 128, 300}, 4, {0, 300, 300, 300}, 1, false}}) {
+    const int64_t t = c.cu.back(), h = c.h, hd = 128, d = h * hd, nseq = static_cast<int64_t>(c.cu.size()) - 1;
+    Groups g;
+    g.cu = c.gcu;
+    g.count = c.groups;
+    const Tensor wide = up(random({t, 3 * d + 8}, DType::BF16, 3.f));
+    std::vector<int32_t> rows = permutation(t);
+    if (c.bad_rows) {
+      rows[7] = -1;
+      rows[static_cast<size_t>(t - 2)] = static_cast<int32_t>(t + 5);
+    }
+    AttnQkvParams pq{.qkv = wide.slice_cols(8, 8 + 3 * d), .q_norm = up(random({c.groups * hd}, DType::F32, 0.5f)),
+                     .k_norm = up(random({c.groups * hd}, DType::F32, 0.5f)),
+                     .table = up(random({t, 96}, DType::F32)), .src_rows = up(i32(rows)),
+                     .q = gpu_->alloc({t, h, hd}, DType::BF16), .k = gpu_->alloc({t, h, hd}, DType::BF16),
+                     .v = gpu_->alloc({t, h, hd}, DType::BF16), .groups = g};
+    const Tensor cu = up(i32(c.cu));
+    AttentionParams pa{.q = pq.q, .k = pq.k, .v = pq.v, .o = poisoned({t, h, hd}, DType::BF16), .cu_seqlens = cu,
+                       .max_seqlen = max_len(c.cu), .scale = 0.088f, .lse = poisoned({t, h}, DType::F32),
+                       .fp8 = true};
+    const Fp8AttentionLayout l = fp8_attention_layout(t, h, hd, nseq);
+    auto bytes_at = [&](const cuda::FlashFp8Operands& f) {
+      std::vector<uint8_t> b(static_cast<size_t>(l.bytes));
+      EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(b.data(), f.q - l.q, b.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      return b;
+    };
+    // attn_qkv's bf16 q, k, v and the quantiser into a buffer of our own.
+    gpu_->attn_qkv(pq);
+    Tensor own = gpu_->alloc({l.bytes + 256}, DType::U8);
+    const auto base = (reinterpret_cast<uintptr_t>(own.data()) + 255) / 256 * 256;
+    const cuda::FlashFp8Operands two = cuda::attention_fp8_layout(reinterpret_cast<void*>(base), t, h, nseq);
+    ASSERT_EQ(cudaMemsetAsync(two.q - l.q, 0x5a, static_cast<size_t>(l.bytes), s), cudaSuccess);
+    cuda::attention_fp8_quantize(pa, cuda::check_attention(pa), two, s);
+    const std::vector<uint8_t> want = bytes_at(two);
+    // The op into the stream's scratch, which attention then reads.
+    const cuda::FlashFp8Operands one = cuda::attention_fp8_operands(t, h, nseq, s);
+    ASSERT_EQ(cudaMemsetAsync(one.q - l.q, 0x5a, static_cast<size_t>(l.bytes), s), cudaSuccess);
+    AttnQkvParams p8 = pq;
+    p8.fp8 = true;
+    p8.cu_seqlens = cu;
+    auto check = [&](const char* form) {
+      const std::vector<uint8_t> got = bytes_at(one);
+      int64_t diff = 0, first = -1;
+      for (size_t i = 0; i < got.size(); ++i)
+        if (got[i] != want[i]) first = first < 0 ? static_cast<int64_t>(i) : first, ++diff;
+      EXPECT_EQ(diff, 0) << form << ", " << h << " heads: first differing byte " << first << " (q at " << l.q
+                         << ", k " << l.k << ", vt " << l.vt << ", sq " << l.sq << ", sk " << l.sk << ", sv " << l.sv
+                         << ")";
+    };
+    gpu_->attn_qkv(p8);
+    check("the op");
+    ASSERT_EQ(cudaMemsetAsync(one.q - l.q, 0x5a, static_cast<size_t>(l.bytes), s), cudaSuccess);
+    cuda::attn_qkv_fp8_variant(p8, s, cuda::AttnQkvFp8Kernel::kTwoPass);
+    check("two-pass");
+    gpu_->attn_qkv(p8);
+    AttentionParams from = pa;
+    from.fp8_from_qkv = true;
+    gpu_->attention(from);
+    const Tensor o1 = down(from.o), lse1 = down(from.lse);
+    gpu_->attention(pa);  // quantises the bf16 q, k, v of the first pass
+    EXPECT_EQ(count_diff(down(pa.o), o1, "FP8 attention after the FP8 producer"), 0);
+    EXPECT_EQ(count_diff(down(pa.lse), lse1, "FP8 attention's lse after the FP8 producer"), 0);
+  }
+  // Without the attention's cu_seqlens: one error naming it.
+  const Tensor qkv = up(random({64, 3 * 2 * 128}, DType::BF16));
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        gpu_->attn_qkv({.qkv = qkv, .q_norm = up(random({128}, DType::F32)), .k_norm = up(random({128}, DType::F32)),
+                        .table = up(random({64, 96}, DType::F32)), .src_rows = up(i32(permutation(64))),
+                        .q = gpu_->alloc({64, 2, 128}, DType::BF16), .k = gpu_->alloc({64, 2, 128}, DType::BF16),
+                        .v = gpu_->alloc({64, 2, 128}, DType::BF16), .groups = Groups::single(64), .fp8 = true});
+      },
+      {"attn_qkv.cu_seqlens"}));
 }
 
 TEST_F(CudnnAttentionTest, AttnOutMatchesCpu) {

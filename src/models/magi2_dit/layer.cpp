@@ -63,7 +63,7 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
   be_.mark("attn.glue");
   // Per-head q/k RMSNorm, RoPE and the un-permute to token order, v gathered (spec §6 steps 4-6).
   be_.attn_qkv({.qkv = ws.qkv, .q_norm = L.q_norm, .k_norm = L.k_norm, .table = ws.rope, .src_rows = ws.inv,
-                .q = ws.q, .k = ws.k, .v = ws.v, .groups = g});
+                .q = ws.q, .k = ws.k, .v = ws.v, .groups = g, .fp8 = w_.fp8_attention, .cu_seqlens = ws.cu_seqlens});
   // The core writes the FA3 output and its log-sum-exp; the sink, the output gate and the permute back
   // to modality order follow in one op (spec §6 steps 7-9).
   // FP8 experts (W8A16): this layer's banks are dequantised on a few SMs beside the attention core.
@@ -75,7 +75,7 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
   be_.attention({.q = ws.q, .k = ws.k, .v = ws.v, .sinks = L.sinks, .o = ws.o, .cu_seqlens = ws.cu_seqlens,
                  .max_seqlen = ws.max_seqlen,
                  .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .lse = ws.lse,
-                 .fp8 = w_.fp8_attention});
+                 .fp8 = w_.fp8_attention, .fp8_from_qkv = w_.fp8_attention});
   be_.mark("attn.glue");
   be_.attn_out({.o = ws.o, .lse = ws.lse, .sinks = L.sinks, .g = ws.g, .src_rows = ws.perm, .out = ws.o_p});
   be_.mark("attn.proj");
