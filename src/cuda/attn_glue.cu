@@ -12,6 +12,9 @@
 // backends). Two producer kernels (attn_qkv_variant.h): the default keeps a
 // lane's 8 elements in registers (shared memory only transposes them for the
 // sum); the general one, its oracle, works on the vector in shared memory.
+// With FP8 attention (AttnQkvParams::fp8) the default kernel writes q as that
+// attention's e4m3 operand with its row scale, and the quantiser of
+// attention_fp8.cu takes k and v only: the bytes of the two passes.
 #include <cmath>
 #include <cstdint>
 
@@ -21,7 +24,6 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/env_choice.h"
-#include "ops/fp8_attention_layout.h"
 #include "ops/numerics.h"
 
 namespace magi2::cuda {
