@@ -14,7 +14,8 @@
 #   on CUTLASS; ~4 min), tests (every other CUDA test binary, ~1 min), w8a8 (the W8A8 fused expert kernel:
 #   its tests and bench_moe at 272p; ~4 min), w8a8full (on an H200 the whole model with W8A8 experts,
 #   BASE=1: and with W8A16; ~6 min), w8a8all (w8a8's test and bench_moe, then the step with W8A8 and W8A16
-#   experts: the whole model on an H200, one shared bank elsewhere; ~8 min).
+#   experts: the whole model on an H200, one shared bank elsewhere; ~8 min), rows8 (the producers' FP8 rows:
+#   their tests, then the 272p step with and without FP8 linears; OLD=DIR: an older bundle's first; ~6 min).
 # Logs go to $OUT (the device tool's result folder; /tmp/fp8-out elsewhere). Each step has its own
 # timeout, so a hung kernel costs only its step.
 set -u
@@ -138,6 +139,23 @@ case $phase in
     step full_two_pass ${T2:-170} env MAGI2_ATTN_QKV_FP8=two-pass $b --resolutions 272p
     bench_lines full_two_pass 20
     ;;
-  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8, w8a8full, w8a8all, qkv8 or qkv8full, got '$phase'" >&2; exit 2 ;;
+  rows8)
+    # FP8 rows from the producers (RmsNormParams::y8, AttnOutParams::out8 -> LinearParams::x8): their tests and
+    # the op table, then the 272p step with FP8 linears and with bf16 linears (W8A8 experts, FP8 attention; the
+    # whole model on an H200, one shared bank elsewhere). OLD=DIR: the same two steps with DIR's magi2 first
+    # (an older bundle, the before). ~6 min on an H200.
+    step ops 240 ./test_cuda_backend_ops; grep -E "rms_norm|linear|entries|FAIL|Fp8Linear" "$out/ops.log" | head -20
+    step attn 150 ./test_cuda_attn_cudnn --gtest_filter='*AttnOut*:*AttnQkvFp8*'; summary attn 6
+    step dit 240 ./test_cuda_dit_step; summary dit 6
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    b="bench --weights fp8-experts --steps 2 --warmup 1 --attention-compute fp8 --fp8-compute w8a8 --resolutions ${RES:-272p}"
+    [ "$mem" -gt 120000 ] && b="$b --full-model"
+    if [ -n "${OLD:-}" ]; then
+      step old_lin8 ${T1:-200} "$OLD/magi2" $b --linear-compute fp8; bench_lines old_lin8 14
+    fi
+    step new_lin8 ${T1:-200} ./magi2 $b --linear-compute fp8; bench_lines new_lin8 14
+    step new_bf16 ${T1:-200} ./magi2 $b; bench_lines new_bf16 14
+    ;;
+  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8, w8a8full, w8a8all, qkv8, qkv8full or rows8, got '$phase'" >&2; exit 2 ;;
 esac
 exit $rc

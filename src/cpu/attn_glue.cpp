@@ -52,6 +52,7 @@ void attn_out(const AttnOutParams& p) {
   }
   gather_rows({.src = src.reshape({t, d}), .dst = p.out.reshape({t, d}), .index = p.src_rows});
   gate({.o = p.out, .g = p.g});
+  if (p.out8.defined()) write_fp8_rows(p.out.reshape({t, d}), p.out8, "attn_out.out8");
 }
 
 }  // namespace magi2::cpu

@@ -14,6 +14,9 @@ namespace magi2::cpu {
 void rms_norm(const RmsNormParams& p);          // norm.cpp
 void linear(const LinearParams& p);             // linear.cpp
 void linear_fp8(const LinearParams& p);         // linear_fp8.cpp (W8A8: LinearParams::w_scale)
+/// y bf16 [R, C] (row-strided ok) -> its Fp8Rows y8 (checked against y's shape
+/// on the CPU), the quantisation a later FP8 linear would make of y. linear_fp8.cpp.
+void write_fp8_rows(const Tensor& y, const Fp8Rows& y8, const char* what);
 void swiglu7(const SwiGLU7Params& p);           // elementwise.cpp
 void gather_rows(const GatherRowsParams& p);    // elementwise.cpp
 void gate(const GateParams& p);                 // elementwise.cpp

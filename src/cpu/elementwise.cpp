@@ -21,6 +21,7 @@ void swiglu7(const SwiGLU7Params& p) {
       z[i] = f32_to_bf16_bits(swiglu7_exact_f32(bf16_bits_to_f32(u[2 * i]), bf16_bits_to_f32(u[2 * i + 1])));
     }
   }
+  if (p.z8.defined()) write_fp8_rows(p.z, p.z8, "swiglu7.z8");
 }
 
 void gather_rows(const GatherRowsParams& p) {

@@ -24,17 +24,27 @@ inline const E4m3Values& e4m3_values() {
   return t;
 }
 
-/// x[0 .. n) -> the decoded e4m3 values qv (exact fp32) and one scale per group
-/// of kFp8ActGroup values (scale[b]; the last group shorter when n is not a multiple).
-inline void quantize_groups(const float* x, int64_t n, float* qv, float* scale) {
-  const float* tab = e4m3_values().v;
+/// x[0 .. n) -> the e4m3 bits q and one scale per group of kFp8ActGroup
+/// values (scale[b]; the last group shorter when n is not a multiple).
+inline void quantize_groups_bits(const float* x, int64_t n, uint8_t* q, float* scale) {
   for (int64_t g0 = 0, b = 0; g0 < n; g0 += kFp8ActGroup, ++b) {
     const int64_t g1 = std::min<int64_t>(n, g0 + kFp8ActGroup);
     float amax = 0.0f;
     for (int64_t i = g0; i < g1; ++i) amax = fp8_amax_step(amax, x[i]);
     const float s = fp8_act_scale(amax);
     scale[b] = s;
-    for (int64_t i = g0; i < g1; ++i) qv[i] = tab[fp8_act_quant(x[i], s)];
+    for (int64_t i = g0; i < g1; ++i) q[i] = fp8_act_quant(x[i], s);
+  }
+}
+
+/// quantize_groups_bits with the decoded e4m3 values qv (exact fp32) instead of the bits.
+inline void quantize_groups(const float* x, int64_t n, float* qv, float* scale) {
+  const float* tab = e4m3_values().v;
+  uint8_t q[kFp8ActGroup];
+  for (int64_t g0 = 0, b = 0; g0 < n; g0 += kFp8ActGroup, ++b) {
+    const int64_t len = std::min<int64_t>(n - g0, kFp8ActGroup);
+    quantize_groups_bits(x + g0, len, q, scale + b);
+    for (int64_t i = 0; i < len; ++i) qv[g0 + i] = tab[q[i]];
   }
 }
 

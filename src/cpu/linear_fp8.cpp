@@ -62,4 +62,22 @@ void linear_fp8(const LinearParams& p) {
   }
 }
 
+void write_fp8_rows(const Tensor& y, const Fp8Rows& y8, const char* what) {
+  MAGI2_CHECK(y.dtype() == DType::BF16 && y.dim() == 2, what, ": FP8 rows need a bf16 [R, C] output");
+  const int64_t rows = y.size(0), cols = y.size(1);
+  check_fp8_rows(Device::CPU, y8, rows, cols, what);
+  uint8_t* q = y8.q.data_as<uint8_t>();
+  float* sc = y8.scale.data_as<float>();
+  const int64_t ldq = y8.q.row_stride(), lds = y8.scale.row_stride();
+#pragma omp parallel
+  {
+    std::vector<float> v(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      load_row_f32(y, r, cols, v.data());
+      quantize_groups_bits(v.data(), cols, q + r * ldq, sc + r * lds);
+    }
+  }
+}
+
 }  // namespace magi2::cpu

@@ -194,6 +194,7 @@ void moe_experts(const MoeExpertsParams& p) {
     run_experts(p, dh, de, Bf16Bank{p.w_gate.data_as<uint16_t>(), dh, de},
                 Bf16Bank{p.w_up.data_as<uint16_t>(), dh, de}, Bf16Bank{p.w_down.data_as<uint16_t>(), de, dh});
   }
+  if (p.out8.defined()) write_fp8_rows(p.out, p.out8, "moe_experts.out8");
 }
 
 }  // namespace magi2::cpu

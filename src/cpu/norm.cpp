@@ -3,6 +3,7 @@
 
 #include "cpu/cpu_common.h"
 #include "cpu/cpu_ops.h"
+#include "ops/op_checks.h"
 
 namespace magi2::cpu {
 
@@ -19,6 +20,10 @@ void rms_norm(const RmsNormParams& p) {
                 ": expected bf16 or f32");
   MAGI2_CHECK(p.w.dtype() == DType::F32 && p.w.numel() == d * p.groups.count, "rms_norm.w: expected ",
               d * p.groups.count, " f32 values, got ", shape_str(p.w.shape()));
+  if (p.y8.defined()) {
+    MAGI2_CHECK(p.y.dtype() == DType::BF16 && p.heads == 1, "rms_norm.y8: needs a bf16 y and one head a row");
+    check_fp8_rows(Device::CPU, p.y8, rows, cols, "rms_norm.y8");
+  }
   const float* w = p.w.data_as<float>();
 #pragma omp parallel
   {
@@ -31,6 +36,7 @@ void rms_norm(const RmsNormParams& p) {
       store_row(p.y, r, cols, x.data());
     }
   }
+  if (p.y8.defined()) write_fp8_rows(p.y, p.y8, "rms_norm.y8");
 }
 
 }  // namespace magi2::cpu

@@ -24,7 +24,10 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/env_choice.h"
+#include "cuda/fp8_quant.cuh"
+#include "cuda/linear_fp8.h"
 #include "ops/numerics.h"
+#include "ops/op_checks.h"
 
 namespace magi2::cuda {
 
@@ -155,24 +158,6 @@ __device__ __forceinline__ float inv_rms(const float* xv, int hd, int lane, unsi
   return 1.0f / sqrtf(ms + eps);
 }
 
-/// One (token, head) row of q as FP8 attention's operand: the half-warp's 8
-/// values a lane (bf16-exact) -> e4m3 bytes at dst (the lane's 8) and the row's
-/// scale at *scale (lane 0), with the rule of ops/numerics.h (fp8_amax_step,
-/// fp8_act_scale; fp8_act_quant's bytes by its reciprocal form). mask: the half-warp.
-__device__ __forceinline__ void store_q8(const float* f, uint8_t* dst, float* scale, int lane, unsigned mask) {
-  float m = 0.f;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) m = fp8_amax_step(m, f[j]);
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) m = fp8_amax_step(m, __shfl_xor_sync(mask, m, o, 16));
-  const float sc = fp8_act_scale(m), rcp = fp8_act_rcp(sc);
-  if (lane == 0) *scale = sc;
-  uint32_t w[2] = {0u, 0u};
-#pragma unroll
-  for (int j = 0; j < 8; ++j) w[j / 4] |= static_cast<uint32_t>(fp8_act_quant_rcp(f[j], sc, rcp)) << (8 * (j % 4));
-  *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-}
-
 // The default producer for 16-byte aligned rows, head dim 128 and a rotary
 // half that is a multiple of 8 (the DiT's 48): one half-warp per (token, head)
 // does its q, k and v (one index read, three 16-byte loads in flight, one read
@@ -247,7 +232,8 @@ __global__ void __launch_bounds__(kThreads)
     const uint4 z = make_uint4(0u, 0u, 0u, 0u);
     if constexpr (kQ8) {
       const float f0[8] = {};
-      store_q8(f0, q8 + vid * kRegHd + lane * 8, sq + vid, lane, (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu);
+      dev::fp8_quantize8_half(f0, q8 + vid * kRegHd + lane * 8, sq + vid, lane,
+                              (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu);
     } else {
       *reinterpret_cast<uint4*>(q + o) = z;
     }
@@ -286,7 +272,7 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (kQ8) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) fq[j] = round_bf16(fq[j]);  // the bf16 q attention_fp8_quantize would read
-    store_q8(fq, q8 + vid * kRegHd + lane * 8, sq + vid, lane, mask);
+    dev::fp8_quantize8_half(fq, q8 + vid * kRegHd + lane * 8, sq + vid, lane, mask);
   } else {
     store8(q + o, true, fq);
   }
@@ -295,11 +281,15 @@ __global__ void __launch_bounds__(kThreads)
 
 // One half-warp per (output row, head). src_rows, lse and g are optional
 // (identity rows, no sink factor, no gate): the in-place sink correction of
-// attention() is this kernel with out == o and no src_rows / g.
+// attention() is this kernel with out == o and no src_rows / g. kQ8
+// (AttnOutParams::out8, hd == 128, vec): the half-warp's head is one 1 x 128
+// group, quantised from the bf16 values stored (out8q [T, H*hd], out8s [T, H]).
+template <bool kQ8 = false>
 __global__ void __launch_bounds__(kThreads)
     attn_out_kernel(const uint16_t* o, const float* __restrict__ lse, const float* __restrict__ sinks,
                     const uint16_t* __restrict__ g, int64_t ldg, const int32_t* __restrict__ src_rows, uint16_t* out,
-                    int64_t t, int h, int hd, bool vec) {
+                    int64_t t, int h, int hd, bool vec, uint8_t* __restrict__ out8q = nullptr,
+                    float* __restrict__ out8s = nullptr) {
   const int64_t vid = static_cast<int64_t>(blockIdx.x) * kVecs + threadIdx.x / 16;
   const int lane = threadIdx.x & 15;
   if (vid >= t * h) return;
@@ -308,9 +298,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t r = src_rows ? src_rows[n] : n;
   uint16_t* dst = out + vid * hd;
   float f[8];
+  const unsigned half_mask = (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu;
   if (r < 0 || r >= t) {
     for (int j = 0; j < 8; ++j) f[j] = 0.f;
     for (int c = lane * 8; c < hd; c += 128) store8(dst + c, false, f);
+    if constexpr (kQ8) dev::fp8_quantize8_half(f, out8q + vid * hd + lane * 8, out8s + vid, lane, half_mask);
     return;
   }
   const float factor = lse ? sink_factor(lse[r * h + head], sinks[head]) : 1.0f;
@@ -325,6 +317,11 @@ __global__ void __launch_bounds__(kThreads)
       f[j] = y;
     }
     store8(dst + c, vec, f);
+    if constexpr (kQ8) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] = round_bf16(f[j]);
+      dev::fp8_quantize8_half(f, out8q + vid * hd + c, out8s + vid, lane, half_mask);
+    }
   }
 }
 
@@ -332,10 +329,15 @@ __global__ void __launch_bounds__(kThreads)
 // contiguous run of h x hd) in 16-byte steps, several in flight a lane. Lane
 // j < h computes head j's sink factor and gate once (the operations of
 // attn_out_kernel); each step takes its head's pair by shuffle. Same bytes.
+// kQ8 (AttnOutParams::out8, hd == 128): a head's 128 values are one 1 x 128
+// group held by a half-warp (16 steps of 8), quantised from the bf16 values
+// stored: out8q [T, H*hd] e4m3, out8s [T, H] f32.
+template <bool kQ8 = false>
 __global__ void __launch_bounds__(kThreads)
     attn_out_rows_kernel(const uint16_t* __restrict__ o, const float* __restrict__ lse,
                          const float* __restrict__ sinks, const uint16_t* __restrict__ g, int64_t ldg,
-                         const int32_t* __restrict__ src_rows, uint16_t* __restrict__ out, int64_t t, int h, int hd) {
+                         const int32_t* __restrict__ src_rows, uint16_t* __restrict__ out, int64_t t, int h, int hd,
+                         uint8_t* __restrict__ out8q = nullptr, float* __restrict__ out8s = nullptr) {
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (n >= t) return;  // whole warps leave together
@@ -344,6 +346,10 @@ __global__ void __launch_bounds__(kThreads)
   uint4* dst = reinterpret_cast<uint4*>(out + n * h * hd);
   if (r < 0 || r >= t) {
     for (int c = lane; c < steps; c += 32) dst[c] = make_uint4(0u, 0u, 0u, 0u);
+    if constexpr (kQ8) {  // zeros quantise to zeros with scale 1 (fp8_act_scale(0))
+      for (int c = lane; c < steps; c += 32) reinterpret_cast<uint2*>(out8q + n * h * hd)[c] = make_uint2(0u, 0u);
+      for (int j = lane; j < h; j += 32) out8s[n * h + j] = 1.0f;
+    }
     return;
   }
   float factor = 1.0f, gs = 1.0f;
@@ -375,6 +381,12 @@ __global__ void __launch_bounds__(kThreads)
           f[j] = y;
         }
         store8(reinterpret_cast<uint16_t*>(dst + c), true, f);
+        if constexpr (kQ8) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) f[j] = round_bf16(f[j]);
+          dev::fp8_quantize8_half(f, out8q + n * h * hd + 8 * c, out8s + n * h + c / 16, lane & 15,
+                                  (lane & 16) ? 0xffff0000u : 0x0000ffffu);
+        }
       }
     }
   }
@@ -502,6 +514,13 @@ void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvKernel whic
   MAGI2_CUDA_CHECK_LAUNCH("attn_qkv");
 }
 
+namespace {
+// out's FP8 rows in a second pass, where the one-pass kernel does not apply.
+void quantize_out8(const AttnOutParams& p, cudaStream_t s) {
+  quantize_fp8_rows_of(p.out.reshape({p.o.size(0), p.o.size(1) * p.o.size(2)}), p.out8, s, "attn_out.out8");
+}
+}  // namespace
+
 void attn_out(const AttnOutParams& p, cudaStream_t s) { attn_out_variant(p, s, AttnOutKernel::kAuto); }
 
 void attn_out_variant(const AttnOutParams& p, cudaStream_t s, AttnOutKernel which) {
@@ -526,12 +545,37 @@ void attn_out_variant(const AttnOutParams& p, cudaStream_t s, AttnOutKernel whic
     lse = p.lse.data_as<float>();
     sinks = p.sinks.data_as<float>() + p.head_begin;
   }
+  const bool q8 = p.out8.defined();
+  if (q8) check_fp8_rows(Device::CUDA, p.out8, t, h * hd, "attn_out.out8");
   if (t == 0 || h == 0) return;
   const bool vec = aligned16(p.o.data()) && aligned16(p.out.data());
+  const bool one_pass = q8 && hd == kFp8ActGroup && p.out8.q.is_contiguous() && p.out8.scale.is_contiguous();
+  // With FP8 rows the default is the half-warp kernel: one head, one group, one
+  // reduction, where the row kernel would run 24 of them after its loads
+  // (MAGI2_ATTN_OUT_FP8=rows|half-warp, a measurement knob).
+  if (one_pass && which == AttnOutKernel::kAuto &&
+      env_choice("MAGI2_ATTN_OUT_FP8", {"half-warp", "rows"}) == 0)
+    which = AttnOutKernel::kHalfWarp;
   if (vec && h <= 32 && which != AttnOutKernel::kHalfWarp) {
-    attn_out_rows_kernel<<<static_cast<unsigned>((t + kThreads / 32 - 1) / (kThreads / 32)), kThreads, 0, s>>>(
+    const unsigned blocks = static_cast<unsigned>((t + kThreads / 32 - 1) / (kThreads / 32));
+    if (one_pass)  // one pass writes out and its FP8 rows
+      attn_out_rows_kernel<true><<<blocks, kThreads, 0, s>>>(
+          p.o.data_as<uint16_t>(), lse, sinks, p.g.data_as<uint16_t>(), p.g.row_stride(), rows,
+          p.out.data_as<uint16_t>(), t, static_cast<int>(h), static_cast<int>(hd), p.out8.q.data_as<uint8_t>(),
+          p.out8.scale.data_as<float>());
+    else
+      attn_out_rows_kernel<<<blocks, kThreads, 0, s>>>(p.o.data_as<uint16_t>(), lse, sinks, p.g.data_as<uint16_t>(),
+                                                       p.g.row_stride(), rows, p.out.data_as<uint16_t>(), t,
+                                                       static_cast<int>(h), static_cast<int>(hd));
+    MAGI2_CUDA_CHECK_LAUNCH("attn_out");
+    if (q8 && !one_pass) quantize_out8(p, s);
+    return;
+  }
+  if (one_pass && vec) {
+    attn_out_kernel<true><<<vec_blocks(t * h), kThreads, 0, s>>>(
         p.o.data_as<uint16_t>(), lse, sinks, p.g.data_as<uint16_t>(), p.g.row_stride(), rows,
-        p.out.data_as<uint16_t>(), t, static_cast<int>(h), static_cast<int>(hd));
+        p.out.data_as<uint16_t>(), t, static_cast<int>(h), static_cast<int>(hd), vec, p.out8.q.data_as<uint8_t>(),
+        p.out8.scale.data_as<float>());
     MAGI2_CUDA_CHECK_LAUNCH("attn_out");
     return;
   }
@@ -540,6 +584,7 @@ void attn_out_variant(const AttnOutParams& p, cudaStream_t s, AttnOutKernel whic
                                                          p.out.data_as<uint16_t>(), t, static_cast<int>(h),
                                                          static_cast<int>(hd), vec);
   MAGI2_CUDA_CHECK_LAUNCH("attn_out");
+  if (q8) quantize_out8(p, s);
 }
 
 void sink_correct(const Tensor& o, const float* lse, const float* sinks, cudaStream_t s) {

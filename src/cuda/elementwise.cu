@@ -8,7 +8,10 @@
 
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
+#include "cuda/fp8_quant.cuh"
+#include "cuda/linear_fp8.h"
 #include "ops/numerics.h"
+#include "ops/op_checks.h"
 
 namespace magi2::cuda {
 
@@ -100,8 +103,14 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// kQ8 (SwiGLU7Params::z8, half a multiple of 128): a half-warp's 16 threads
+// hold one row's 1 x 128 group (a warp's indices are 32 consecutive ones and a
+// row holds a whole number of groups), quantised from the bf16 values stored:
+// z8q (row stride ldq) e4m3, z8s (row stride lds) f32.
+template <bool kQ8 = false>
 __global__ void swiglu7_vec_kernel(const uint16_t* __restrict__ u, int64_t ldu, uint16_t* __restrict__ z,
-                                   int64_t ldz, uint32_t rows, uint32_t half8) {
+                                   int64_t ldz, uint32_t rows, uint32_t half8, uint8_t* __restrict__ z8q = nullptr,
+                                   int64_t ldq = 0, float* __restrict__ z8s = nullptr, int64_t lds = 0) {
   // exp_f32's table in shared memory: a warp's 32 exponentials read up to 32
   // different entries, which the __constant__ copy would serialise.
   __shared__ uint64_t table[32];
@@ -122,6 +131,12 @@ __global__ void swiglu7_vec_kernel(const uint16_t* __restrict__ u, int64_t ldu, 
       o[4 + i] = swiglu7_f32(b[2 * i], b[2 * i + 1], sig);
     }
     reinterpret_cast<uint4*>(z + r * ldz)[c] = pack8(o);
+    if constexpr (kQ8) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) o[i] = round_bf16(o[i]);
+      dev::fp8_quantize8_half(o, z8q + r * ldq + 8 * c, z8s + r * lds + c / 16, threadIdx.x & 15,
+                              (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu);
+    }
   }
 }
 
@@ -141,10 +156,15 @@ __device__ __forceinline__ void store8_f32(uint16_t* p, const float* f) {
   *reinterpret_cast<uint4*>(p) = pack8(f);
 }
 
-template <typename TO>
+// kQ8 (bf16 y, d a multiple of 128; RmsNormParams::y8): each iteration's 8
+// elements a lane are one 16-lane half of two 1 x 128 groups, so a half-warp
+// quantises its group from the bf16 values it stores (y8q [rows, d] e4m3,
+// y8s [rows, d / 128] f32): the bytes quantize_rows_fp8 of y would give.
+template <typename TO, bool kQ8 = false>
 __global__ void __launch_bounds__(kRowWarps * 32)
     rms_norm_row_kernel(const uint16_t* __restrict__ x, int64_t ldx, TO* __restrict__ y, int64_t ldy,
-                        const float* __restrict__ w, int64_t rows, int d, int4 cu, int groups, float eps) {
+                        const float* __restrict__ w, int64_t rows, int d, int4 cu, int groups, float eps,
+                        uint8_t* __restrict__ y8q = nullptr, float* __restrict__ y8s = nullptr) {
   extern __shared__ uint4 row_buf[];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) & 31;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowWarps + warp;
@@ -179,6 +199,12 @@ __global__ void __launch_bounds__(kRowWarps * 32)
 #pragma unroll
     for (int i = 0; i < 8; ++i) f[i] = (f[i] * rs) * (g[i] + 1.0f);
     store8_f32(yv + 8 * c, f);
+    if constexpr (kQ8) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) f[i] = round_bf16(f[i]);
+      dev::fp8_quantize8_half(f, y8q + r * d + 8 * c, y8s + r * (d / kFp8ActGroup) + c / 16, lane & 15,
+                              (lane & 16) ? 0xffff0000u : 0x0000ffffu);
+    }
   }
 }
 
@@ -261,6 +287,11 @@ void rms_norm(const RmsNormParams& p, cudaStream_t s) {
   MAGI2_CHECK(is_float(p.x.dtype()) && is_float(p.y.dtype()), "rms_norm: x and y must be bf16 or f32");
   MAGI2_CHECK(p.w.device() == Device::CUDA && p.w.dtype() == DType::F32 && p.w.numel() == d * p.groups.count,
               "rms_norm.w: expected ", d * p.groups.count, " f32 values on the device, got ", shape_str(p.w.shape()));
+  const bool q8 = p.y8.defined();
+  if (q8) {
+    MAGI2_CHECK(p.y.dtype() == DType::BF16 && p.heads == 1, "rms_norm.y8: needs a bf16 y and one head a row");
+    check_fp8_rows(Device::CUDA, p.y8, rows, cols, "rms_norm.y8");
+  }
   if (rows == 0) return;
   const int64_t vecs = rows * p.heads;
   const unsigned blocks = static_cast<unsigned>((vecs * 16 + kThreads - 1) / kThreads);
@@ -274,7 +305,12 @@ void rms_norm(const RmsNormParams& p, cudaStream_t s) {
   if (xb && p.heads == 1 && d % 8 == 0 && row_smem <= 48 * 1024 && vec_rows(p.x) && y_vec &&
       reinterpret_cast<uintptr_t>(w) % 16 == 0) {
     const unsigned row_blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
-    if (yb)
+    const bool one_pass = q8 && p.y8.q.is_contiguous() && p.y8.scale.is_contiguous();
+    if (one_pass)  // one pass writes y and its FP8 rows
+      rms_norm_row_kernel<uint16_t, true><<<row_blocks, kRowWarps * 32, row_smem, s>>>(
+          ptr<uint16_t>(p.x), ldx, ptr<uint16_t>(p.y), ldy, w, rows, static_cast<int>(d), cu, p.groups.count, p.eps,
+          ptr<uint8_t>(p.y8.q), ptr<float>(p.y8.scale));
+    else if (yb)
       rms_norm_row_kernel<<<row_blocks, kRowWarps * 32, row_smem, s>>>(ptr<uint16_t>(p.x), ldx, ptr<uint16_t>(p.y),
                                                                       ldy, w, rows, static_cast<int>(d), cu,
                                                                       p.groups.count, p.eps);
@@ -283,6 +319,7 @@ void rms_norm(const RmsNormParams& p, cudaStream_t s) {
                                                                       w, rows, static_cast<int>(d), cu,
                                                                       p.groups.count, p.eps);
     MAGI2_CUDA_CHECK_LAUNCH("rms_norm");
+    if (q8 && !one_pass) quantize_fp8_rows_of(p.y, p.y8, s, "rms_norm.y8");
     return;
   }
   if (xb && yb)
@@ -298,6 +335,7 @@ void rms_norm(const RmsNormParams& p, cudaStream_t s) {
     rms_norm_kernel<<<blocks, kThreads, 0, s>>>(ptr<float>(p.x), ldx, ptr<float>(p.y), ldy, w, rows, p.heads, d, cu,
                                                 p.groups.count, p.eps);
   MAGI2_CUDA_CHECK_LAUNCH("rms_norm");
+  if (q8) quantize_fp8_rows_of(p.y, p.y8, s, "rms_norm.y8");  // rows the one-pass kernel does not take
 }
 
 void swiglu7(const SwiGLU7Params& p, cudaStream_t s) {
@@ -305,17 +343,29 @@ void swiglu7(const SwiGLU7Params& p, cudaStream_t s) {
   check_2d(p.u, rows, 2 * half, "swiglu7.u");
   check_2d(p.z, rows, half, "swiglu7.z");
   MAGI2_CHECK(p.u.dtype() == DType::BF16 && p.z.dtype() == DType::BF16, "swiglu7: u and z must be bf16");
+  const bool q8 = p.z8.defined();
+  if (q8) check_fp8_rows(Device::CUDA, p.z8, rows, half, "swiglu7.z8");
   if (rows * half == 0) return;
   if (vec_rows(p.u) && vec_rows(p.z) && half % 8 == 0 && rows * (half / 8) < (int64_t{1} << 31)) {
-    swiglu7_vec_kernel<<<blocks_for(rows * half / 8), kThreads, 0, s>>>(
-        ptr<uint16_t>(p.u), p.u.row_stride(), ptr<uint16_t>(p.z), p.z.row_stride(), static_cast<uint32_t>(rows),
-        static_cast<uint32_t>(half / 8));
+    const unsigned blocks = blocks_for(rows * half / 8);
+    if (q8 && reinterpret_cast<uintptr_t>(p.z8.q.data()) % 8 == 0 && p.z8.q.row_stride() % 8 == 0)
+      swiglu7_vec_kernel<true><<<blocks, kThreads, 0, s>>>(
+          ptr<uint16_t>(p.u), p.u.row_stride(), ptr<uint16_t>(p.z), p.z.row_stride(), static_cast<uint32_t>(rows),
+          static_cast<uint32_t>(half / 8), ptr<uint8_t>(p.z8.q), p.z8.q.row_stride(), ptr<float>(p.z8.scale),
+          p.z8.scale.row_stride());
+    else
+      swiglu7_vec_kernel<<<blocks, kThreads, 0, s>>>(ptr<uint16_t>(p.u), p.u.row_stride(), ptr<uint16_t>(p.z),
+                                                     p.z.row_stride(), static_cast<uint32_t>(rows),
+                                                     static_cast<uint32_t>(half / 8));
     MAGI2_CUDA_CHECK_LAUNCH("swiglu7");
+    if (q8 && !(reinterpret_cast<uintptr_t>(p.z8.q.data()) % 8 == 0 && p.z8.q.row_stride() % 8 == 0))
+      quantize_fp8_rows_of(p.z, p.z8, s, "swiglu7.z8");
     return;
   }
   swiglu7_kernel<<<blocks_for(rows * half), kThreads, 0, s>>>(ptr<uint16_t>(p.u), p.u.row_stride(),
                                                                ptr<uint16_t>(p.z), p.z.row_stride(), rows, half);
   MAGI2_CUDA_CHECK_LAUNCH("swiglu7");
+  if (q8) quantize_fp8_rows_of(p.z, p.z8, s, "swiglu7.z8");
 }
 
 void gate(const GateParams& p, cudaStream_t s) {

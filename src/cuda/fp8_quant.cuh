@@ -2,8 +2,9 @@
 // one warp covers one group, 4 elements a lane, with ops/numerics.h's rule
 // (fp8_amax_step, fp8_act_scale, fp8_act_quant) that the CPU references
 // (cpu/fp8_act.h) apply, so the e4m3 bytes and scales are bit-identical to the
-// host's. Used by the FP8 linears (linear_fp8.cu) and the FP8 attention's
-// quantiser; the W8A8 routed experts quantise 16 lanes a group in their
+// host's. Used by the FP8 linears (linear_fp8.cu; rms_norm's FP8 rows in
+// elementwise.cu), the FP8 attention's quantiser and its producer
+// (attn_glue.cu); the W8A8 routed experts quantise 16 lanes a group in their
 // scatter (moe_w8a8.cu). Device-only header.
 #pragma once
 
@@ -35,6 +36,27 @@ __device__ __forceinline__ uint32_t fp8_quantize4(const float v[4], float* scale
 #pragma unroll
   for (int j = 0; j < 4; ++j) w |= static_cast<uint32_t>(fp8_act_quant(v[j], s)) << (8 * j);
   return w;
+}
+
+/// One 1 x 128 group held by a half-warp, 8 values a lane (bf16-exact values
+/// of a row, e.g. a q row of FP8 attention or a 128-column group of an FP8
+/// linear's input) -> the lane's 8 e4m3 bytes at dst (8-byte aligned) and the
+/// group's scale at *scale (stored by the half-warp's lane 0; `lane` counts
+/// within the half-warp), with fp8_act_quant's bytes by its reciprocal form.
+/// mask: the half-warp's lanes, all of which call it together.
+__device__ __forceinline__ void fp8_quantize8_half(const float* f, uint8_t* dst, float* scale, int lane,
+                                                   unsigned mask) {
+  float m = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m = fp8_amax_step(m, f[j]);
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) m = fp8_amax_step(m, __shfl_xor_sync(mask, m, o, 16));
+  const float sc = fp8_act_scale(m), rcp = fp8_act_rcp(sc);
+  if (lane == 0) *scale = sc;
+  uint32_t w[2] = {0u, 0u};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) w[j / 4] |= static_cast<uint32_t>(fp8_act_quant_rcp(f[j], sc, rcp)) << (8 * (j % 4));
+  *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
 }
 
 }  // namespace magi2::cuda::dev

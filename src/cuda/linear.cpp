@@ -124,9 +124,9 @@ void LinearRunner::gemm(const Tensor& x, const Tensor& w, const Tensor& y, int64
                                     workspace_bytes_, s));
 }
 
-std::shared_ptr<void> LinearRunner::fp8_lt_algo(int64_t rows, int64_t in, int64_t out, const void* y,
+std::shared_ptr<void> LinearRunner::fp8_lt_algo(int64_t rows, int64_t in, int64_t out, int64_t ldx, const void* y,
                                                 int64_t ldy) {
-  Layout a(CUDA_R_8F_E4M3, in, out, in), b(CUDA_R_8F_E4M3, in, rows, in), c(CUDA_R_16BF, out, rows, ldy);
+  Layout a(CUDA_R_8F_E4M3, in, out, in), b(CUDA_R_8F_E4M3, in, rows, ldx), c(CUDA_R_16BF, out, rows, ldy);
   MatmulDesc desc(nullptr, nullptr);
   cublasLtMatmulPreference_t pref = nullptr;
   MAGI2_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -145,9 +145,9 @@ std::shared_ptr<void> LinearRunner::fp8_lt_algo(int64_t rows, int64_t in, int64_
 }
 
 void LinearRunner::fp8_lt_gemm(const void* algo, const uint8_t* xq, const float* xs, const void* w,
-                               const float* ws, void* y, int64_t rows, int64_t in, int64_t out, int64_t ldy,
-                               cudaStream_t s) {
-  Layout a(CUDA_R_8F_E4M3, in, out, in), b(CUDA_R_8F_E4M3, in, rows, in), c(CUDA_R_16BF, out, rows, ldy);
+                               const float* ws, void* y, int64_t rows, int64_t in, int64_t out, int64_t ldx,
+                               int64_t ldy, cudaStream_t s) {
+  Layout a(CUDA_R_8F_E4M3, in, out, in), b(CUDA_R_8F_E4M3, in, rows, ldx), c(CUDA_R_16BF, out, rows, ldy);
   MatmulDesc desc(ws, xs);
   const float alpha = 1.f, beta = 0.f;
   MAGI2_CUBLAS_CHECK(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), desc.h, &alpha, w, a.h, xq, b.h, &beta,
@@ -158,7 +158,9 @@ void LinearRunner::fp8_lt_gemm(const void* algo, const uint8_t* xq, const float*
 LinearRunner::Fp8Plan& LinearRunner::fp8_plan(const LinearParams& p, cudaStream_t s) {
   const int64_t rows = p.x.size(0), in = p.x.size(1), out = p.y.size(1);
   const Groups& g = p.groups;
-  const Fp8Key key{out, in, p.y.row_stride(), g.cu[0], g.cu[1], g.cu[2], g.cu[3]};
+  // The e4m3 rows' stride: the own quantiser's compact rows, or the producer's (a column slice's).
+  const int64_t ldx = p.x8.defined() ? p.x8.q.row_stride() : in;
+  const Fp8Key key{out, in, ldx, p.y.row_stride(), g.cu[0], g.cu[1], g.cu[2], g.cu[3]};
   auto it = fp8_plans_.find(key);
   if (it != fp8_plans_.end()) return it->second;
   check_not_capturing(s, "linear (FP8): no GEMM planned for [", rows, " x ", in, "] -> ", out,
@@ -170,14 +172,14 @@ LinearRunner::Fp8Plan& LinearRunner::fp8_plan(const LinearParams& p, cudaStream_
   for (int i = 0; plan.lt && i < g.count; ++i) {
     const int64_t r0 = g.cu[i], r1 = g.cu[i + 1];
     if (r0 == r1) continue;
-    plan.lt_algo[i] = fp8_lt_algo(r1 - r0, in, out, p.y.slice_rows(r0, r1).data(), p.y.row_stride());
+    plan.lt_algo[i] = fp8_lt_algo(r1 - r0, in, out, ldx, p.y.slice_rows(r0, r1).data(), p.y.row_stride());
     plan.lt = plan.lt_algo[i] != nullptr;
   }
   if (!plan.lt) {
     MAGI2_CHECK(MAGI2_HAVE_CUTLASS, "CUDA backend: linear (FP8): cuBLASLt has no block-scaled FP8 algorithm for [",
                 rows, " x ", in, "] -> ", out, " and the build has no CUTLASS headers");
 #if MAGI2_HAVE_CUTLASS
-    plan.gemm = make_fp8_linear_gemm_bf16({.experts = g.count, .parts = 1, .n = out, .k = in, .lda = in,
+    plan.gemm = make_fp8_linear_gemm_bf16({.experts = g.count, .parts = 1, .n = out, .k = in, .lda = ldx,
                                            .ldd = p.y.row_stride()},
                                           alloc_);
 #endif
@@ -197,6 +199,9 @@ void LinearRunner::run_fp8(const LinearParams& p, cudaStream_t s) {
               kFp8Block, ", got [", in, " -> ", out, "] (the CPU backend takes any width)");
   MAGI2_CHECK(reinterpret_cast<uintptr_t>(p.y.data()) % 16 == 0 && p.y.row_stride() % 8 == 0,
               "CUDA backend: linear (FP8): y must be 16-byte aligned with a row stride of a multiple of 8");
+  MAGI2_CHECK(!p.x8.defined() ||
+                  (reinterpret_cast<uintptr_t>(p.x8.q.data()) % 16 == 0 && p.x8.q.row_stride() % 16 == 0),
+              "CUDA backend: linear (FP8): linear.x8's e4m3 rows must be 16-byte aligned");
   if (rows == 0) return;
   const Fp8Plan& plan = fp8_plan(p, s);
   const Groups& g = p.groups;
@@ -215,11 +220,29 @@ void LinearRunner::run_fp8(const LinearParams& p, cudaStream_t s) {
       scale_bytes += round256((g.cu[i + 1] - g.cu[i]) * kb * 4);
     }
   }
-  const int64_t q_bytes = round256(rows * in);
-  char* buf = static_cast<char*>(act8_.get(static_cast<size_t>(q_bytes + scale_bytes), s, "linear (FP8)"));
-  auto* xq = reinterpret_cast<uint8_t*>(buf);
-  auto* xs = reinterpret_cast<float*>(buf + q_bytes);
-  quantize_rows_fp8(p.x.data_as<uint16_t>(), p.x.row_stride(), rows, in, xq, xs, s, layout);
+  // x8 from the producer (LinearParams::x8): its e4m3 rows as they are and its
+  // row-major scales as they are (CUTLASS, compact rows) or regrouped (~3 MB at 272p).
+  const bool pre = p.x8.defined();
+  const int64_t ldx = pre ? p.x8.q.row_stride() : in;
+  const uint8_t* xq = nullptr;
+  const float* xs = nullptr;
+  if (pre && !plan.lt && p.x8.scale.row_stride() == kb) {
+    xq = p.x8.q.data_as<uint8_t>();
+    xs = p.x8.scale.data_as<float>();
+  } else {
+    const int64_t q_bytes = pre ? 0 : round256(rows * in);
+    char* buf = static_cast<char*>(act8_.get(static_cast<size_t>(q_bytes + scale_bytes), s, "linear (FP8)"));
+    auto* sq = reinterpret_cast<uint8_t*>(buf);
+    auto* ss = reinterpret_cast<float*>(buf + q_bytes);
+    if (pre) {
+      xq = p.x8.q.data_as<uint8_t>();
+      regroup_fp8_scales(p.x8.scale.data_as<float>(), p.x8.scale.row_stride(), rows, kb, ss, layout, s);
+    } else {
+      xq = sq;
+      quantize_rows_fp8(p.x.data_as<uint16_t>(), p.x.row_stride(), rows, in, sq, ss, s, layout);
+    }
+    xs = ss;
+  }
   const auto* wsc = p.w_scale.data_as<float>();
   if (!plan.lt) {
     const void* b[1] = {p.w.data()};
@@ -244,8 +267,8 @@ void LinearRunner::run_fp8(const LinearParams& p, cudaStream_t s) {
   for (int i = 0; i < g.count; ++i) {
     const int64_t r0 = g.cu[i], r1 = g.cu[i + 1];
     if (r0 == r1) continue;
-    fp8_lt_gemm(plan.lt_algo[i].get(), xq + r0 * in, xs + layout.off[i], w8 + i * out * in, wsc + i * ob * ld,
-                p.y.slice_rows(r0, r1).data(), r1 - r0, in, out, p.y.row_stride(), s);
+    fp8_lt_gemm(plan.lt_algo[i].get(), xq + r0 * ldx, xs + layout.off[i], w8 + i * out * in, wsc + i * ob * ld,
+                p.y.slice_rows(r0, r1).data(), r1 - r0, in, out, ldx, p.y.row_stride(), s);
   }
 }
 

@@ -23,6 +23,8 @@ namespace magi2::cuda {
 ///
 /// FP8 weights (LinearParams::w_scale; `--linear-compute fp8`): x is quantised
 /// per row and 1 x 128 group into a scratch from `alloc` (quantize_rows_fp8),
+/// unless its producer did (LinearParams::x8: its e4m3 rows are read in place,
+/// its scales regrouped for cuBLASLt),
 /// then each non-empty row group runs one cuBLASLt matmul with block scaling
 /// (the weights' 128 x 128 blocks as CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
 /// the activations' 1 x 128 groups as VEC128_32F; e4m3 x e4m3 -> bf16, fp32
@@ -59,11 +61,12 @@ class LinearRunner {
     std::shared_ptr<void> offsets;
   };
   Fp8Plan& fp8_plan(const LinearParams& p, cudaStream_t s);
-  std::shared_ptr<void> fp8_lt_algo(int64_t rows, int64_t in, int64_t out, const void* y, int64_t ldy);
+  // ldx: the e4m3 rows' stride (in for the own quantiser's scratch, LinearParams::x8's otherwise).
+  std::shared_ptr<void> fp8_lt_algo(int64_t rows, int64_t in, int64_t out, int64_t ldx, const void* y, int64_t ldy);
   void fp8_lt_gemm(const void* algo, const uint8_t* xq, const float* xs, const void* w, const float* ws,
-                   void* y, int64_t rows, int64_t in, int64_t out, int64_t ldy, cudaStream_t s);
-  // out, in, y's row stride, the group boundaries cu[0..3]
-  using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+                   void* y, int64_t rows, int64_t in, int64_t out, int64_t ldx, int64_t ldy, cudaStream_t s);
+  // out, in, the e4m3 rows' stride, y's row stride, the group boundaries cu[0..3]
+  using Fp8Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;  // rows, in, out, ldx, ldy, dtypes | alignments
   void* handle_ = nullptr;  // cublasLtHandle_t

@@ -60,7 +60,44 @@ void launch_quantize(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, ui
       x, ldx, rows, k, xq, xs, layout);
 }
 
+// One thread per (row, K-block), rows fastest: the stores of a warp are
+// contiguous in every layout (a group's scales are [kb, rows_g], rows fastest).
+__global__ void regroup_scales_kernel(const float* __restrict__ src, int64_t lds, int64_t rows, int64_t kb,
+                                      float* __restrict__ dst, Fp8ScaleLayout layout) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= rows * kb) return;
+  const int64_t b = e / rows, r = e % rows;
+  int64_t at = r * kb + b;
+  if (layout.groups > 0) {
+    int gi = 0;
+    while (gi + 1 < layout.groups && r >= layout.cu[gi + 1]) ++gi;
+    at = layout.off[gi] + b * (layout.cu[gi + 1] - layout.cu[gi]) + (r - layout.cu[gi]);
+  }
+  dst[at] = src[r * lds + b];
+}
+
 }  // namespace
+
+void regroup_fp8_scales(const float* xs_rows, int64_t lds, int64_t rows, int64_t kb, float* dst,
+                        const Fp8ScaleLayout& layout, cudaStream_t s) {
+  MAGI2_CHECK(layout.groups >= 0 && layout.groups <= 3 &&
+                  (layout.groups == 0 || (layout.cu[0] == 0 && layout.cu[layout.groups] == rows)),
+              "FP8 scale regroup: the scale layout's ", layout.groups, " row groups do not cover the ", rows,
+              " rows");
+  const int64_t n = rows * kb;
+  if (n == 0) return;
+  constexpr int kBlock = 256;
+  regroup_scales_kernel<<<static_cast<unsigned>((n + kBlock - 1) / kBlock), kBlock, 0, s>>>(xs_rows, lds, rows, kb,
+                                                                                            dst, layout);
+  MAGI2_CUDA_CHECK_LAUNCH("regroup_fp8_scales");
+}
+
+void quantize_fp8_rows_of(const Tensor& y, const Fp8Rows& y8, cudaStream_t s, const char* what) {
+  MAGI2_CHECK(y8.q.is_contiguous() && y8.scale.is_contiguous(), "CUDA backend: ", what,
+              ": FP8 rows written in a second pass must be contiguous");
+  quantize_rows_fp8(y.data_as<uint16_t>(), y.row_stride(), y.size(0), y.size(1), y8.q.data_as<uint8_t>(),
+                    y8.scale.data_as<float>(), s);
+}
 
 void quantize_rows_fp8(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, uint8_t* xq, float* xs,
                        cudaStream_t s, const Fp8ScaleLayout& layout) {

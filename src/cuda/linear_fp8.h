@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "ops/ops.h"
+
 namespace magi2::cuda {
 
 /// Where quantize_rows_fp8 stores the scale of row r's K-block b (kb = k / 128
@@ -28,5 +30,18 @@ struct Fp8ScaleLayout {
 /// Capturable.
 void quantize_rows_fp8(const uint16_t* x, int64_t ldx, int64_t rows, int64_t k, uint8_t* xq, float* xs,
                        cudaStream_t s, const Fp8ScaleLayout& layout = {});
+
+/// Enqueues on `s`: scales xs_rows f32 [rows, kb] row-major with row stride
+/// lds (Fp8Rows::scale, a producer's layout) -> dst placed as `layout` says
+/// (quantize_rows_fp8's placement). Errors: a layout whose groups do not cover
+/// the rows, a failed launch. Capturable.
+void regroup_fp8_scales(const float* xs_rows, int64_t lds, int64_t rows, int64_t kb, float* dst,
+                        const Fp8ScaleLayout& layout, cudaStream_t s);
+
+/// Enqueues on `s`: y bf16 [R, C] (row stride a multiple of 4, 8-byte aligned)
+/// -> its Fp8Rows y8 by quantize_rows_fp8: the second pass of a producer op
+/// whose one-pass kernel does not apply. Error naming `what` when y8 is not
+/// contiguous (this pass writes compact rows) or y does not fit the quantiser.
+void quantize_fp8_rows_of(const Tensor& y, const Fp8Rows& y8, cudaStream_t s, const char* what);
 
 }  // namespace magi2::cuda

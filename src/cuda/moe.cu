@@ -14,10 +14,12 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/fused_kernels.h"
+#include "cuda/linear_fp8.h"
 #include "cuda/mhc_moe.h"
 #include "cuda/route_select.cuh"
 #include "ops/fp8_blocks.h"
 #include "ops/numerics.h"
+#include "ops/op_checks.h"
 
 namespace magi2::cuda {
 
@@ -272,9 +274,10 @@ void moe_experts(const MoeExpertsParams& p, MoeExpertsRunner* grouped, cudaStrea
   const Shape route_shape{mh, t, k};
   check_dev(p.idx, DType::I32, route_shape, "moe_experts.idx");
   check_dev(p.weight, DType::F32, route_shape, "moe_experts.weight");
+  if (p.out8.defined()) check_fp8_rows(Device::CUDA, p.out8, t, mh * dh, "moe_experts.out8");
   if (t == 0) return;
   if (grouped != nullptr && MoeExpertsRunner::supports(dh, de, k)) {
-    grouped->run(p, s);
+    grouped->run(p, s);  // its combine writes out8 (or a second pass does)
     return;
   }
   const size_t shared = static_cast<size_t>(2 * dh + de) * 4;
@@ -285,6 +288,7 @@ void moe_experts(const MoeExpertsParams& p, MoeExpertsRunner* grouped, cudaStrea
       ptr<const uint16_t>(p.w_down), ptr<const int32_t>(p.idx), ptr<const float>(p.weight), ptr<uint16_t>(p.out),
       p.out.row_stride(), t, mh, ne, k, dh, de);
   MAGI2_CUDA_CHECK_LAUNCH("moe_experts");
+  if (p.out8.defined()) quantize_fp8_rows_of(p.out, p.out8, s, "moe_experts.out8");
 }
 
 }  // namespace magi2::cuda

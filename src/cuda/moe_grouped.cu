@@ -33,10 +33,12 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/env_choice.h"
+#include "cuda/fp8_quant.cuh"
 #include "cuda/fused_kernels.h"
 #include "cuda/mhc_moe.h"
 #include "cuda/moe_expert_fused.h"
 #include "cuda/moe_fp8_dequant.h"
+#include "cuda/linear_fp8.h"
 #include "cuda/moe_gemm.h"
 #include "cuda/moe_w8a8.h"
 #include "ops/numerics.h"
@@ -164,11 +166,14 @@ __global__ void expert_swiglu7(uint16_t* __restrict__ hbuf, int64_t de, const in
 // slot) of bf16(y[row] * weight)), fp32 accumulation. Routes of an invalid
 // expert contribute nothing. kWeighted: y is already bf16(y * weight) in bf16
 // (W2's row-scale epilogue), so the same terms are summed in the same order.
+// q8 (MoeExpertsParams::out8; vec path, d_head a multiple of 128): each
+// half-warp's 8 columns a lane are one 1 x 128 group of the row, quantised from
+// the bf16 values stored (q8 rows of stride ldq, their scales of stride lds).
 template <bool kWeighted>
 __global__ void expert_combine(const void* __restrict__ yv, const int32_t* __restrict__ idx,
                                const float* __restrict__ weight, int64_t hs, const int32_t* __restrict__ pos,
                                int64_t t, int mh, int k, int64_t dh, uint16_t* __restrict__ out, int64_t ldo,
-                               bool vec) {
+                               bool vec, uint8_t* __restrict__ q8, int64_t ldq, float* __restrict__ s8, int64_t lds) {
   __shared__ int32_t spos[8][kMaxK];
   __shared__ float sw[8][kMaxK];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -220,6 +225,13 @@ __global__ void expert_combine(const void* __restrict__ yv, const int32_t* __res
         packed[i] = static_cast<uint32_t>(f32_to_bf16(sum[2 * i])) |
                     (static_cast<uint32_t>(f32_to_bf16(sum[2 * i + 1])) << 16);
       *reinterpret_cast<uint4*>(o + d0) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      if (q8 != nullptr) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sum[i] = round_bf16(sum[i]);
+        const int64_t c = h * dh + d0;
+        dev::fp8_quantize8_half(sum, q8 + n * ldq + c, s8 + n * lds + c / kFp8ActGroup, lane & 15,
+                                (lane & 16) ? 0xffff0000u : 0x0000ffffu);
+      }
     }
     return;
   }
@@ -517,6 +529,7 @@ void MoeExpertsRunner::run(const MoeExpertsParams& prm, cudaStream_t s, const st
             .weight = static_cast<const float*>(prm.weight.data()) + n0 * k, .hs = t * k};
     ps.prm.r = prm.r.slice_rows(n0, n1);
     ps.prm.out = prm.out.slice_rows(n0, n1);
+    if (prm.out8.defined()) ps.prm.out8 = {prm.out8.q.slice_rows(n0, n1), prm.out8.scale.slice_rows(n0, n1)};
     run_pass(ps, s, mark);
   }
 }
@@ -539,9 +552,16 @@ void MoeExpertsRunner::run_pass(const Pass& ps, cudaStream_t s, const std::funct
     const bool vec = dh % 8 == 0 && prm.out.row_stride() % 8 == 0 &&
                      reinterpret_cast<uintptr_t>(prm.out.data()) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(p.y.get()) % 16 == 0;
+    // out's FP8 rows in the combine where its lanes hold whole groups, else in a second pass.
+    const Fp8Rows& o8 = prm.out8;
+    const bool q8 = o8.defined() && vec && dh % kFp8ActGroup == 0 &&
+                    reinterpret_cast<uintptr_t>(o8.q.data()) % 8 == 0 && o8.q.row_stride() % 8 == 0;
     kernel<<<grid_of(t * mh, 8), 256, 0, s>>>(p.y.get(), ps.idx, ps.weight, ps.hs, i32(p.pos), t, mh, k, dh,
-                                              static_cast<uint16_t*>(prm.out.data()), prm.out.row_stride(), vec);
+                                              static_cast<uint16_t*>(prm.out.data()), prm.out.row_stride(), vec,
+                                              q8 ? o8.q.data_as<uint8_t>() : nullptr, o8.q.row_stride(),
+                                              q8 ? o8.scale.data_as<float>() : nullptr, o8.scale.row_stride());
     MAGI2_CUDA_CHECK_LAUNCH("moe_experts combine");
+    if (o8.defined() && !q8) quantize_fp8_rows_of(prm.out, o8, s, "moe_experts.out8");
   };
   const bool w8a8 = prm.w_gate.dtype() == DType::F8E4M3 && prm.fp8_compute == Fp8Compute::W8A8;
   // The routing weight in W2's epilogue (with the SwiGLU7 epilogue and in the fused kernels).

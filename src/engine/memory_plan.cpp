@@ -444,7 +444,7 @@ MemoryPlan MemoryPlanner::plan(const GenerateParams& p, uint64_t budget, const s
   StageMemory dit = s.dit;
   const bool attn_fp8 = fp8_from_compute_name(s.opt.attention_compute, "--attention-compute");
   const bool lin_fp8 = fp8_from_compute_name(s.opt.linear_compute, "--linear-compute");
-  dit.activations = DitWorkspace::planned_bytes(a, pack.total_tokens, pack.width) +
+  dit.activations = DitWorkspace::planned_bytes(a, pack.total_tokens, pack.width, lin_fp8) +
                     DenoiseLoop::planned_bytes(pack, m.steps, a.out_channels());
   dit.workspace = dit_scratch(a, pack.total_tokens, cuda, s.fp8,
                               fp8_compute_from_name(s.opt.fp8_compute, "--fp8-compute"), s.opt.cuda.moe_max_rows,

@@ -1,5 +1,7 @@
 #include "ops/op_checks.h"
 
+#include <string>
+
 #include "core/error.h"
 #include "ops/numerics.h"
 
@@ -47,6 +49,26 @@ void check_linear_fp8(Device device, const LinearParams& p) {
                   p.w_scale.is_contiguous() && p.w_scale.shape() == ws,
               "linear.w_scale: expected F32 ", shape_str(ws), " (one scale per 128 x 128 block), got ",
               p.w_scale.defined() ? shape_str(p.w_scale.shape()) : std::string("nothing"));
+  if (p.x8.defined()) check_fp8_rows(device, p.x8, rows, in, "linear.x8");
+}
+
+namespace {
+std::string described(const Tensor& t) {
+  return t.defined() ? std::string(dtype_name(t.dtype())) + " " + shape_str(t.shape()) : std::string("nothing");
+}
+}  // namespace
+
+void check_fp8_rows(Device device, const Fp8Rows& a, int64_t rows, int64_t cols, const char* what) {
+  MAGI2_CHECK(cols % kFp8ActGroup == 0, what, ": FP8 rows need a multiple of ", kFp8ActGroup, " columns, got ", cols);
+  const Shape qs{rows, cols}, ss{rows, cols / kFp8ActGroup};
+  const auto rows_of = [&](const Tensor& t, DType dt, const Shape& sh) {
+    return t.defined() && t.device() == device && t.dtype() == dt && t.dim() == 2 && t.shape() == sh &&
+           t.strides()[1] == 1;
+  };
+  MAGI2_CHECK(rows_of(a.q, DType::F8E4M3, qs), what, ".q: expected F8_E4M3 ", shape_str(qs),
+              " with unit column stride, got ", described(a.q));
+  MAGI2_CHECK(rows_of(a.scale, DType::F32, ss), what, ".scale: expected F32 ", shape_str(ss),
+              " with unit column stride, got ", described(a.scale));
 }
 
 }  // namespace magi2

@@ -20,10 +20,16 @@ const int32_t* check_index_on(Device device, const Tensor& t, int64_t n, const c
 /// Checks that the row groups cover `rows` rows in order (1 to 3 groups). Error names `what`.
 void check_row_groups(const Groups& g, int64_t rows, const char* what);
 
+/// Checks Fp8Rows for an activation [rows, cols] on `device`: q F8E4M3
+/// [rows, cols] and scale F32 [rows, cols / 128], both with unit column stride
+/// (row-strided ok), cols a multiple of 128. One Error naming `what` otherwise.
+void check_fp8_rows(Device device, const Fp8Rows& a, int64_t rows, int64_t cols, const char* what);
+
 /// Checks an FP8 linear (LinearParams with w_scale, docs/fp8.md) on `device`:
 /// x [R, in] and y [R, out] bf16 (row-strided ok), W F8E4M3 [G*out, in]
 /// contiguous, w_scale f32 [G, ceil(out / 128), ceil(in / 128)] contiguous, no
-/// bias, groups covering R. One Error naming the operand otherwise.
+/// bias, groups covering R, x8 (if any) Fp8Rows of [R, in]. One Error naming
+/// the operand otherwise.
 void check_linear_fp8(Device device, const LinearParams& p);
 
 }  // namespace magi2

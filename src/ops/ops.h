@@ -50,11 +50,28 @@ struct Groups {
   }
 };
 
+/// Rows of an activation quantised per row and 1 x 128 group along its
+/// columns, the FP8 linears' input rule (ops/numerics.h fp8_amax_step,
+/// fp8_act_scale, fp8_act_quant; docs/fp8.md): q F8E4M3 [R, C] and scale f32
+/// [R, C / 128] (row r's group b at scale[r, b]), both with unit column stride
+/// (row-strided ok: column slices at multiples of 128), C a multiple of 128.
+/// Written by a producer op beside its bf16 output (RmsNormParams::y8,
+/// AttnOutParams::out8, SwiGLU7Params::z8, MoeExpertsParams::out8) and read by
+/// the FP8 linears (LinearParams::x8), which then skip their own quantisation
+/// pass. Both undefined: none.
+struct Fp8Rows {
+  Tensor q;
+  Tensor scale;
+  bool defined() const { return q.defined(); }
+};
+
 /// RMSNorm with gain (1 + w): y = cast(x * rsqrt(mean(x^2) + eps) * (w_m + 1)).
 /// Spec §4.1. x [R, heads*d] bf16|f32 (row-strided ok): each of the `heads`
 /// d-vectors of a row is normalised separately (q/k norms: one weight for all
 /// heads), w [G*d] f32 (set m = elements [m*d, (m+1)*d), chosen by the row's
 /// group), y [R, heads*d] bf16|f32 (may alias x when dtypes match).
+/// Optional y8 (bf16 y, heads == 1): y's bf16 values quantised as Fp8Rows, the
+/// bytes quantising y afterwards would give (the next FP8 linear's input).
 struct RmsNormParams {
   Tensor x;
   Tensor w;
@@ -62,6 +79,7 @@ struct RmsNormParams {
   Groups groups;
   int64_t heads = 1;
   float eps = 1e-6f;
+  Fp8Rows y8;
 };
 
 /// Grouped linear y = x * W_m^T (+ b_m), fp32 accumulation, one rounding to
@@ -83,14 +101,21 @@ struct LinearParams {
   Tensor y;
   Groups groups;
   Tensor w_scale;  ///< FP8 weights only (see above)
+  /// Optional with w_scale: x already quantised by its producer (Fp8Rows of x's
+  /// bf16 values, e.g. RmsNormParams::y8). It must be exactly x's quantisation;
+  /// a backend may use it instead of quantising x (CUDA) or ignore it (CPU):
+  /// the same bytes either way. Ignored by bf16 linears.
+  Fp8Rows x8;
 };
 
 /// SwiGLU7 on interleaved pairs (spec §4.3): u [R, 2I] bf16 with g_i = u[2i],
 /// l_i = u[2i+1]; z [R, I] bf16 = bf16((min(g,7) * sigmoid(1.702 min(g,7))) *
-/// (clamp(l,-7,7) + 1)), fp32 math. Both may be row-strided.
+/// (clamp(l,-7,7) + 1)), fp32 math. Both may be row-strided. Optional z8: z's
+/// bf16 values as Fp8Rows (the next FP8 linear's input).
 struct SwiGLU7Params {
   Tensor u;
   Tensor z;
+  Fp8Rows z8;
 };
 
 /// dst[i, :] = src[index[i], :] for 2-D tensors of equal width and dtype
@@ -224,6 +249,8 @@ struct AttnQkvParams {
 /// contiguous (token order), lse [T, H] f32 (attention's deferred-sink output),
 /// g [T, H] bf16 (row-strided ok, modality order), src_rows [T] i32 on the
 /// backend's device, out [T, H, hd] bf16 contiguous (must not alias o).
+/// Optional out8: out's bf16 values as Fp8Rows of [T, H*hd] (the output
+/// projection's FP8 input; CUDA needs hd == 128: one group a head).
 struct AttnOutParams {
   Tensor o;
   Tensor lse;    ///< optional
@@ -232,6 +259,7 @@ struct AttnOutParams {
   Tensor g;
   Tensor src_rows;
   Tensor out;
+  Fp8Rows out8;
 };
 
 /// Per-head sigmoid output gate (spec §6 step 9), in place:
@@ -371,6 +399,7 @@ struct MoeExpertsParams {
   int top_k = 0;
   Fp8Compute fp8_compute = Fp8Compute::W8A16;  ///< FP8 banks only (--fp8-compute)
   ExpertBankLayout bank_layout = ExpertBankLayout::Checkpoint;  ///< of w_gate, w_up, w_down
+  Fp8Rows out8;  ///< optional: out's bf16 values as Fp8Rows (the merge linear's FP8 input)
 };
 
 /// d_expert (DE) of p's routed expert banks in either layout; 0 when w_gate is not 3-D.

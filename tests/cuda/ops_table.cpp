@@ -181,6 +181,42 @@ OpEntry linear_fp8_entry(int64_t t, int64_t in, int64_t out, int groups) {
           }};
 }
 
+// rms_norm with its FP8 rows (RmsNormParams::y8, what the FP8 linears reading
+// xn take): y, the e4m3 rows and their scales all bit-exact. 384 columns: the
+// last iteration of the one-pass kernel holds one group, not two.
+OpEntry rms_norm_fp8_entry(int64_t t, int64_t d) {
+  return {"rms_norm", dims({t, d}) + " bf16 -> bf16 + FP8 rows, 3 groups", exact(), 0,
+          [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            Tensor x = b.in(b.uniform({t, d}, kBf16, -5.f, 5.f));
+            Tensor wt = b.in(b.uniform({3 * d}, kF32, -0.17f, 0.17f)), y = b.out({t, d}, kBf16);
+            const Fp8Rows y8{b.out({t, d}, DType::F8E4M3), b.out({t, d / kFp8ActGroup}, kF32)};
+            const RmsNormParams p{.x = x, .w = wt, .y = y, .groups = three_groups(t / 2, t * 3 / 4, t), .y8 = y8};
+            return b.done([&be, p] { be.rms_norm(p); });
+          }};
+}
+
+// The FP8 linear given its input's FP8 rows by the producer (LinearParams::x8;
+// rms_norm's y8 made once before the timed op): the CPU ignores x8 and
+// quantises x itself, the device takes x8 as it is (cuBLASLt: its scales regrouped).
+OpEntry linear_fp8_x8_entry(int64_t t, int64_t in, int64_t out) {
+  const std::string s = dims({t, in}) + " -> " + std::to_string(out) + " FP8 W8A8, x8 from rms_norm, 3 groups";
+  return {"linear", s, rel_rms(4e-3, 0.05), 2.0 * t * in * out, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            Tensor x0 = b.in(b.uniform({t, in}, kBf16, -3.f, 3.f));
+            Tensor nw = b.in(b.uniform({in}, kF32, -0.17f, 0.17f));
+            Tensor x = be.alloc({t, in}, kBf16);
+            const Fp8Rows x8{be.alloc({t, in}, DType::F8E4M3), be.alloc({t, in / kFp8ActGroup}, kF32)};
+            be.rms_norm({.x = x0, .w = nw, .y = x, .groups = Groups::single(t), .y8 = x8});
+            const Tensor w = b.uniform({3, out, in}, kBf16, -0.035f, 0.035f);
+            const Fp8Blocks q = quantize_fp8_blocks(w, "linear.w");
+            Tensor y = b.out_cols(t, out + 128, kBf16, 128, 128 + out);
+            const LinearParams p{.x = x, .w = b.in(q.q.reshape({3 * out, in})), .y = y,
+                                 .groups = three_groups(t / 2, t * 6 / 7, t), .w_scale = b.in(q.scale_inv), .x8 = x8};
+            return b.done([&be, p] { be.linear(p); });
+          }};
+}
+
 /// `deferred`: the DiT's call, o without the sink and the lse output (the own
 /// flash kernel under --cuda-attention auto at head dim 128).
 /// `fp8`: AttentionParams::fp8 (deferred too), against the CPU's FP8 reference (the bounds of
@@ -274,6 +310,20 @@ OpEntry attn_qkv_fp8_entry(std::vector<int32_t> cu, int64_t h) {
 
 /// The attention consumer (sink factor, output gate, the permutation back) with a head slice of the
 /// sinks; within 1 ulp (CUDA's log1pf in the sink factor; test_cuda_attn_cudnn).
+// attn_out with out's FP8 rows (AttnOutParams::out8, the projection's FP8
+// input): without the sink the op is bit-exact, so the rows are too.
+OpEntry attn_out_fp8_entry(int64_t t, int64_t h, int64_t hd) {
+  const std::string s = dims({t, h, hd}) + ", no sink, permuted rows + FP8 rows";
+  return {"attn_out", s, exact(), 0, [=](Backend& be, uint64_t seed) {
+            CaseBuilder b(be, seed);
+            const AttnOutParams p{.o = b.in(b.uniform({t, h, hd}, kBf16, -2.f, 2.f)),
+                                  .g = b.in(b.uniform({t, h}, kBf16, -2.f, 2.f)),
+                                  .src_rows = b.in_i32(permutation(b, t)), .out = b.out({t, h, hd}, kBf16),
+                                  .out8 = {b.out({t, h * hd}, DType::F8E4M3), b.out({t, h * hd / 128}, kF32)}};
+            return b.done([&be, p] { be.attn_out(p); });
+          }};
+}
+
 OpEntry attn_out_entry(int64_t t, int64_t h, int64_t hd) {
   const std::string s = dims({t, h, hd}) + ", sink head slice, permuted rows";
   return {"attn_out", s, ulps(1), 0, [=](Backend& be, uint64_t seed) {
@@ -445,10 +495,11 @@ OpEntry moe_experts_entry(int64_t t, int64_t dh, int64_t de, int mh, int ne, int
 // host. Tolerance of test_cuda_fp8_w8a8.cpp (the tensor cores' summation order
 // and the SFU sigmoid can move a Z element across an e4m3 rounding boundary,
 // one e4m3 step of that element).
-OpEntry moe_experts_w8a8_entry(int64_t t, int64_t dh, int64_t de, int mh, int ne, int k) {
+// rows8: out's FP8 rows too (MoeExpertsParams::out8, written by the combine).
+OpEntry moe_experts_w8a8_entry(int64_t t, int64_t dh, int64_t de, int mh, int ne, int k, bool rows8 = false) {
   const std::string s = std::to_string(t) + " tokens, " + std::to_string(mh) + " heads x " + std::to_string(ne) +
                         " experts, " + std::to_string(dh) + " -> " + std::to_string(de) + ", top-" +
-                        std::to_string(k) + ", FP8 W8A8";
+                        std::to_string(k) + ", FP8 W8A8" + (rows8 ? " + FP8 rows" : "");
   const double flops = 6.0 * static_cast<double>(t * mh * k) * static_cast<double>(dh * de);
   return {"moe_experts", s, rel_rms(3e-2, 0.08, true), flops, [=](Backend& be, uint64_t seed) {
             CaseBuilder b(be, seed);
@@ -462,7 +513,10 @@ OpEntry moe_experts_w8a8_entry(int64_t t, int64_t dh, int64_t de, int mh, int ne
                                      .w_gate_scale = b.in(wg.scale_inv), .w_up_scale = b.in(wu.scale_inv),
                                      .w_down_scale = b.in(wd.scale_inv), .idx = idx, .weight = w,
                                      .out = b.out({t, mh * dh}, kBf16), .num_heads = mh, .num_experts = ne,
-                                     .top_k = k, .fp8_compute = Fp8Compute::W8A8};
+                                     .top_k = k, .fp8_compute = Fp8Compute::W8A8,
+                                     .out8 = rows8 ? Fp8Rows{b.out({t, mh * dh}, DType::F8E4M3),
+                                                             b.out({t, mh * dh / kFp8ActGroup}, kF32)}
+                                                   : Fp8Rows{}};
             return b.done([&be, p] { be.moe_experts(p); });
           }};
 }
@@ -537,18 +591,32 @@ std::vector<OpEntry> backend_op_table() {
   t.push_back(rms_norm_entry(2048, 3072, 1, false));
   t.push_back(rms_norm_entry(333, 5120, 1, false, true));
   t.push_back(rms_norm_entry(700, 128, 24, true));
+  t.push_back(rms_norm_fp8_entry(2048, 3072));
+  t.push_back(rms_norm_fp8_entry(333, 384));
 
   t.push_back(linear_entry(2048, 3072, 3072, 1, false));
   t.push_back(linear_entry(640, 3072, 1536, 3, false));
   t.push_back(linear_entry(200, 5120, 768, 1, true));
   t.push_back(linear_fp8_entry(512, 3072, 1024, 1));
   t.push_back(linear_fp8_entry(640, 1280, 3072, 3));
+  t.push_back(linear_fp8_x8_entry(1024, 3072, 2048));
 
   // swiglu7 and gate: the exp is the one operation not IEEE-exact on both sides: a handful of 1-ulp outputs allowed.
   t.push_back({"swiglu7", "2048x16384 -> 2048x8192, beyond the +-7 clamps", exact(3), 0, [](Backend& be, uint64_t s) {
                  CaseBuilder b(be, s);
                  const SwiGLU7Params p{.u = b.in(b.uniform({2048, 16384}, kBf16, -7.f, 7.f)),
                                        .z = b.out({2048, 8192}, kBf16)};
+                 return b.done([&be, p] { be.swiglu7(p); });
+               }});
+  // With FP8 rows (SwiGLU7Params::z8) into column slices (the shared experts' layout): a differing z element
+  // can move its whole 1 x 128 group, so the allowance is 3 groups.
+  t.push_back({"swiglu7", "2048x5120 -> 2048x2560 + FP8 rows in column slices", exact(3 * 129), 0,
+               [](Backend& be, uint64_t s) {
+                 CaseBuilder b(be, s);
+                 const SwiGLU7Params p{.u = b.in(b.uniform({2048, 5120}, kBf16, -7.f, 7.f)),
+                                       .z = b.out({2048, 2560}, kBf16),
+                                       .z8 = {b.out_cols(2048, 2560 + 128, DType::F8E4M3, 128, 128 + 2560),
+                                              b.out_cols(2048, 21, kF32, 1, 21)}};
                  return b.done([&be, p] { be.swiglu7(p); });
                }});
 
@@ -591,6 +659,7 @@ std::vector<OpEntry> backend_op_table() {
   t.push_back(attn_qkv_entry(2048, 24, 128, 16));
   t.push_back(attn_qkv_fp8_entry({0, 1, 1, 1500, 3100}, 24));
   t.push_back(attn_out_entry(2048, 24, 128));
+  t.push_back(attn_out_fp8_entry(2048, 24, 128));
   t.push_back(attention_entry({0, 1024, 1024, 2048}, 24, 128, 0, 3.5f));
   t.push_back(attention_entry({0, 1, 1, 1500, 3100}, 24, 128, 0, 3.5f, true));
   t.push_back(attention_entry({0, 1, 1, 1500, 3100}, 24, 128, 0, 3.5f, true, true));
@@ -660,6 +729,7 @@ std::vector<OpEntry> backend_op_table() {
   t.push_back(moe_experts_entry(200, 256, 1280, 2, 16, 6));
   t.push_back(moe_experts_entry(2048, 256, 1280, 2, 16, 6));
   t.push_back(moe_experts_w8a8_entry(200, 256, 1280, 2, 16, 6));
+  t.push_back(moe_experts_w8a8_entry(200, 256, 1280, 2, 16, 6, true));
 
   for (OpEntry& e : sampler_entries(2048 * 192, "2048x192 latent elements")) t.push_back(std::move(e));
   for (OpEntry& e : sampler_entries(100003, "100003 elements (odd)")) t.push_back(std::move(e));

@@ -462,6 +462,27 @@ TEST_F(CudnnAttentionTest, AttnOutMatchesCpu) {
     } else {
       EXPECT_EQ(n, 0);
     }
+    // out's FP8 rows (AttnOutParams::out8, the projection's FP8 input): the row kernel's one pass and the
+    // half-warp kernel + quantiser give the same bytes; without the sink also the CPU's.
+    auto rows8 = [&](Backend& be) {
+      return Fp8Rows{be.alloc({t, h * hd}, DType::F8E4M3), be.alloc({t, h}, DType::F32)};
+    };
+    const Fp8Rows c8 = rows8(*cpu_), r8 = rows8(*gpu_), h8 = rows8(*gpu_);
+    Tensor cout = Tensor::empty({t, h, hd}, DType::BF16), rout = poisoned({t, h, hd}, DType::BF16);
+    cpu_->attn_out({.o = o, .lse = with_lse ? lse : Tensor(), .sinks = sinks, .head_begin = 3,
+                    .g = gw.slice_cols(5, 5 + h), .src_rows = rows, .out = cout, .out8 = c8});
+    gpu_->attn_out({.o = d_o, .lse = with_lse ? d_lse : Tensor(), .sinks = d_s, .head_begin = 3,
+                    .g = d_gw.slice_cols(5, 5 + h), .src_rows = d_rows, .out = rout, .out8 = r8});
+    cuda::attn_out_variant({.o = d_o, .lse = with_lse ? d_lse : Tensor(), .sinks = d_s, .head_begin = 3,
+                            .g = d_gw.slice_cols(5, 5 + h), .src_rows = d_rows, .out = hw, .out8 = h8},
+                           static_cast<cudaStream_t>(cuda_stream_of(*gpu_)), cuda::AttnOutKernel::kHalfWarp);
+    EXPECT_EQ(count_diff(down(rout), g, "attn_out with FP8 rows: out"), 0);
+    EXPECT_EQ(test::differing_elements(down(r8.q), down(h8.q)), 0) << "FP8 rows, row kernel vs two passes";
+    EXPECT_EQ(test::differing_elements(down(r8.scale), down(h8.scale)), 0) << "FP8 scales";
+    if (!with_lse) {
+      EXPECT_EQ(test::differing_elements(down(r8.q), c8.q), 0) << "FP8 rows vs the CPU";
+      EXPECT_EQ(test::differing_elements(down(r8.scale), c8.scale), 0) << "FP8 scales vs the CPU";
+    }
   }
 }
 

@@ -24,6 +24,8 @@
 #include "core/tensor.h"
 #include "cuda/backend_cuda.h"
 #include "cuda_fixture.h"
+#include "ops/fp8_blocks.h"
+#include "ops/numerics.h"
 #include "ops/ops.h"
 #include "ops_table.h"
 #include "util/testing.h"
@@ -139,6 +141,77 @@ TEST_F(CudaBackendOpsTest, EveryOpMatchesTheCpuWithinItsTolerance) {
     failed += !v.pass;
   }
   std::printf("%zu entries, %d failed\n", table.size(), failed);
+}
+
+// Every producer's FP8 rows on the device (the table's "+ FP8 rows" entries:
+// outputs y, q, scale) are the activation rule applied to the bf16 y that
+// producer wrote, byte for byte, whatever its CPU parity tolerance.
+TEST_F(CudaBackendOpsTest, EveryProducersFp8RowsQuantiseItsOwnOutput) {
+  const std::vector<OpEntry> table = test::backend_op_table();
+  int checked = 0;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const OpEntry& e = table[i];
+    if (e.shape.find("+ FP8 rows") == std::string::npos) continue;
+    OpCase g = e.make(*gpu_, 1000 + i);
+    g.run();
+    const std::vector<Tensor> out = outputs_on_host(*gpu_, g);
+    ASSERT_EQ(out.size(), 3u) << e.op << " [" << e.shape << "]";
+    const Tensor& q = out[1];
+    const Tensor& sc = out[2];
+    const int64_t rows = q.size(0), cols = q.size(1);
+    const Tensor y = out[0].reshape({rows, cols});
+    int64_t bad = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < cols / kFp8ActGroup; ++b) {
+        const uint16_t* yr = y.data_as<uint16_t>() + r * cols + b * kFp8ActGroup;
+        float amax = 0.f;
+        for (int64_t k = 0; k < kFp8ActGroup; ++k) amax = fp8_amax_step(amax, bf16_bits_to_f32(yr[k]));
+        const float s = fp8_act_scale(amax);
+        bad += sc.data_as<float>()[r * (cols / kFp8ActGroup) + b] != s;
+        for (int64_t k = 0; k < kFp8ActGroup; ++k)
+          bad += q.data_as<uint8_t>()[r * cols + b * kFp8ActGroup + k] != fp8_act_quant(bf16_bits_to_f32(yr[k]), s);
+      }
+    EXPECT_EQ(bad, 0) << e.op << " [" << e.shape << "]";
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
+}
+
+// The FP8 linear with its input's FP8 rows from rms_norm (LinearParams::x8)
+// gives the bytes of the same linear quantising x itself, on one and on three
+// row groups (cuBLASLt: the producer's scales regrouped per group).
+TEST_F(CudaBackendOpsTest, Fp8LinearWithProducerRowsMatchesItsOwnQuantiser) {
+  const int64_t t = 1000, in = 3072, out = 1024;
+  test::CaseBuilder b(*gpu_, 7);
+  Tensor x0 = b.in(b.uniform({t, in}, DType::BF16, -3.f, 3.f));
+  Tensor nw = b.in(b.uniform({3 * in}, DType::F32, -0.17f, 0.17f));
+  Groups g3;
+  g3.cu = {0, 400, 900, t};
+  g3.count = 3;
+  Tensor x = gpu_->alloc({t, in}, DType::BF16);
+  const Fp8Rows x8{gpu_->alloc({t, in}, DType::F8E4M3), gpu_->alloc({t, in / kFp8ActGroup}, DType::F32)};
+  gpu_->rms_norm({.x = x0, .w = nw, .y = x, .groups = g3, .y8 = x8});
+  for (const Groups& g : {Groups::single(t), g3}) {
+    const Tensor w = b.uniform({g.count, out, in}, DType::BF16, -0.035f, 0.035f);
+    const Fp8Blocks q = quantize_fp8_blocks(w, "linear.w");
+    const Tensor wq = b.in(q.q.reshape({g.count * out, in})), ws = b.in(q.scale_inv);
+    Tensor y_own = gpu_->alloc({t, out}, DType::BF16), y_x8 = gpu_->alloc({t, out}, DType::BF16);
+    gpu_->linear({.x = x, .w = wq, .y = y_own, .groups = g, .w_scale = ws});
+    gpu_->linear({.x = x, .w = wq, .y = y_x8, .groups = g, .w_scale = ws, .x8 = x8});
+    EXPECT_EQ(test::differing_elements(to_host(*gpu_, y_x8).clone(), to_host(*gpu_, y_own).clone()), 0)
+        << g.count << " row group(s)";
+  }
+  // A mismatched x8 is refused with one error naming it.
+  const Fp8Rows bad{x8.q.slice_rows(0, t / 2), x8.scale};
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        Tensor y = gpu_->alloc({t, out}, DType::BF16);
+        const Tensor w = b.uniform({1, out, in}, DType::BF16, -0.035f, 0.035f);
+        const Fp8Blocks q = quantize_fp8_blocks(w, "linear.w");
+        gpu_->linear({.x = x, .w = b.in(q.q.reshape({out, in})), .y = y, .groups = Groups::single(t),
+                      .w_scale = b.in(q.scale_inv), .x8 = bad});
+      },
+      {"linear.x8"}));
 }
 
 /// Median of 10 event-timed runs of f on the backend's stream after 2 warm-ups, in ms.

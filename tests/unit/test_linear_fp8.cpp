@@ -103,6 +103,52 @@ TEST(LinearFp8, BadOperandsAreOneErrorNamingThem) {
   EXPECT_TRUE(test::throws_with([&] { be->linear(p); }, {"bf16"}));
 }
 
+TEST(LinearFp8, RmsNormFp8RowsAreTheQuantisationOfItsBf16Output) {
+  // RmsNormParams::y8: the e4m3 rows and scales of y's bf16 values by the
+  // activation rule, whatever the thread count; a linear given them as x8
+  // gives the bytes it gives without them (the CPU quantises x itself).
+  Rng g(5);
+  const int64_t rows = 37, d = 384;
+  Groups gr;
+  gr.cu = {0, 10, 20, rows};
+  gr.count = 3;
+  const Tensor x = rand_t({rows, d}, DType::BF16, g, -4, 4), nw = rand_t({3 * d}, DType::F32, g, -0.2, 0.2);
+  const std::vector<Tensor> got = thread_invariant([&](Backend& be) {
+    Tensor y = Tensor::empty({rows, d}, DType::BF16);
+    const Fp8Rows y8{Tensor::empty({rows, d}, DType::F8E4M3), Tensor::empty({rows, d / kFp8ActGroup}, DType::F32)};
+    be.rms_norm({.x = x, .w = nw, .y = y, .groups = gr, .y8 = y8});
+    return std::vector<Tensor>{y, y8.q, y8.scale};
+  });
+  const uint16_t* y = got[0].data_as<uint16_t>();
+  const uint8_t* q = got[1].data_as<uint8_t>();
+  const float* sc = got[2].data_as<float>();
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < d / kFp8ActGroup; ++b) {
+      float amax = 0.f;
+      for (int64_t k = 0; k < kFp8ActGroup; ++k) amax = fp8_amax_step(amax, bf16_bits_to_f32(y[r * d + b * 128 + k]));
+      const float s = fp8_act_scale(amax);
+      bad += sc[r * (d / kFp8ActGroup) + b] != s;
+      for (int64_t k = 0; k < kFp8ActGroup; ++k)
+        bad += q[r * d + b * 128 + k] != fp8_act_quant(bf16_bits_to_f32(y[r * d + b * 128 + k]), s);
+    }
+  EXPECT_EQ(bad, 0);
+  auto be = make_cpu_backend(2);
+  const Fp8Blocks wq = quantise(rand_t({256, d}, DType::BF16, g, -0.1, 0.1), 1);
+  Tensor y_own = Tensor::empty({rows, 256}, DType::BF16), y_x8 = Tensor::empty({rows, 256}, DType::BF16);
+  be->linear({.x = got[0], .w = wq.q, .y = y_own, .groups = Groups::single(rows), .w_scale = wq.scale_inv});
+  be->linear({.x = got[0], .w = wq.q, .y = y_x8, .groups = Groups::single(rows), .w_scale = wq.scale_inv,
+              .x8 = {got[1], got[2]}});
+  EXPECT_EQ(test::differing_elements(y_own, y_x8), 0);
+  // y8 needs a bf16 y and FP8 rows of y's shape.
+  Tensor yf = Tensor::empty({rows, d}, DType::F32);
+  EXPECT_TRUE(test::throws_with(
+      [&] { be->rms_norm({.x = x, .w = nw, .y = yf, .groups = gr, .y8 = {got[1], got[2]}}); }, {"rms_norm.y8"}));
+  Tensor yb = Tensor::empty({rows, d}, DType::BF16);
+  EXPECT_TRUE(test::throws_with(
+      [&] { be->rms_norm({.x = x, .w = nw, .y = yb, .groups = gr, .y8 = {got[1], got[1]}}); }, {"rms_norm.y8.scale"}));
+}
+
 TEST(LinearFp8, DitWeightsQuantiseEveryDenseLinearButTheGate) {
   const DitArch a = tiny_config().arch;
   uint32_t seed = 3;

@@ -79,7 +79,8 @@ size_t Dit::workspace_bytes() const { return ws_ ? ws_->bytes : 0; }
 void Dit::prepare(const DitInputs& in) {
   validate(in);
   const int64_t n = in.x.size(0), c_pad = in.x.size(1);
-  if (!ws_ || ws_->n != n || ws_->x_p.size(1) != c_pad) ws_ = std::make_unique<DitWorkspace>(arch_, n, c_pad, be_);
+  if (!ws_ || ws_->n != n || ws_->x_p.size(1) != c_pad)
+    ws_ = std::make_unique<DitWorkspace>(arch_, n, c_pad, be_, w_.fp8_linears());
   DitWorkspace& ws = *ws_;
   const int32_t* mod = in.modality.data_as<int32_t>();
   if (ws.perm.defined() && ws.cu_host == in.cu_seqlens && std::equal(mod, mod + n, ws.modality_host.begin())) return;

@@ -7,8 +7,18 @@
 #include "core/error.h"
 #include "models/magi2_dit/dit.h"
 #include "models/magi2_dit/workspace.h"
+#include "ops/numerics.h"
 
 namespace magi2 {
+
+namespace {
+// Columns [c0, c1) of FP8 rows (both multiples of 128), or none when a bound is
+// not or the rows are absent: the linear then quantises its input itself.
+Fp8Rows fp8_cols(const Fp8Rows& a, int64_t c0, int64_t c1) {
+  if (!a.defined() || c0 % kFp8ActGroup != 0 || c1 % kFp8ActGroup != 0) return {};
+  return {a.q.slice_cols(c0, c1), a.scale.slice_cols(c0 / kFp8ActGroup, c1 / kFp8ActGroup)};
+}
+}  // namespace
 
 void Dit::layer(int l, const DitRunOptions& opt) {
   DitWorkspace& ws = *ws_;
@@ -57,9 +67,12 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
   const int64_t n = ws.n, d = arch_.hidden_size, hd = arch_.head_dim;
 
   be_.mark("attn.proj");
-  be_.rms_norm({.x = a, .w = L.attn_pre_norm, .y = ws.xn, .groups = g});
+  // With FP8 linears the norm also writes xn's FP8 rows (ws.xn8), which the FP8 linears reading xn take
+  // instead of quantising xn again.
+  be_.rms_norm({.x = a, .w = L.attn_pre_norm, .y = ws.xn, .groups = g, .y8 = ws.xn8});
   be_.linear({.x = ws.xn, .w = L.linear_g, .y = ws.g, .groups = g});
-  be_.linear({.x = ws.xn, .w = L.linear_qkv, .y = ws.qkv, .groups = g, .w_scale = L.linear_qkv_scale});
+  be_.linear({.x = ws.xn, .w = L.linear_qkv, .y = ws.qkv, .groups = g, .w_scale = L.linear_qkv_scale,
+              .x8 = ws.xn8});
   be_.mark("attn.glue");
   // Per-head q/k RMSNorm, RoPE and the un-permute to token order, v gathered (spec §6 steps 4-6).
   be_.attn_qkv({.qkv = ws.qkv, .q_norm = L.q_norm, .k_norm = L.k_norm, .table = ws.rope, .src_rows = ws.inv,
@@ -77,17 +90,21 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
                  .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .lse = ws.lse,
                  .fp8 = w_.fp8_attention, .fp8_from_qkv = w_.fp8_attention});
   be_.mark("attn.glue");
-  be_.attn_out({.o = ws.o, .lse = ws.lse, .sinks = L.sinks, .g = ws.g, .src_rows = ws.perm, .out = ws.o_p});
+  // xn8 is free once the qkv linear has read it: it carries o_p's FP8 rows to the projection.
+  be_.attn_out({.o = ws.o, .lse = ws.lse, .sinks = L.sinks, .g = ws.g, .src_rows = ws.perm, .out = ws.o_p,
+                .out8 = ws.xn8});
   be_.mark("attn.proj");
-  be_.linear({.x = ws.o_p.reshape({n, d}), .w = L.linear_proj, .y = out, .groups = g, .w_scale = L.linear_proj_scale});
+  be_.linear({.x = ws.o_p.reshape({n, d}), .w = L.linear_proj, .y = out, .groups = g, .w_scale = L.linear_proj_scale,
+              .x8 = ws.xn8});
 }
 
 void Dit::dense_mlp(int l, const Tensor& a, const Tensor& out) {
   DitWorkspace& ws = *ws_;
   const DitLayerWeights& L = w_.layers[l];
   be_.mark("dense_mlp");
-  be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3});
-  be_.linear({.x = ws.xn, .w = L.up_gate_proj, .y = ws.u, .groups = ws.groups3, .w_scale = L.up_gate_proj_scale});
+  be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3, .y8 = ws.xn8});
+  be_.linear({.x = ws.xn, .w = L.up_gate_proj, .y = ws.u, .groups = ws.groups3, .w_scale = L.up_gate_proj_scale,
+              .x8 = ws.xn8});
   be_.swiglu7({.u = ws.u, .z = ws.z});
   be_.linear({.x = ws.z, .w = L.down_proj, .y = out, .groups = ws.groups3, .w_scale = L.down_proj_scale});
 }
@@ -102,9 +119,26 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
   const std::string p = str_cat("l", l, "_");
 
   be_.mark("moe.split_merge");
-  be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3});
-  be_.linear({.x = ws.xn, .w = L.split_linear, .y = ws.r, .groups = ws.groups1, .w_scale = L.split_linear_scale});
+  be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3, .y8 = ws.xn8});
+  be_.linear({.x = ws.xn, .w = L.split_linear, .y = ws.r, .groups = ws.groups1, .w_scale = L.split_linear_scale,
+              .x8 = ws.xn8});
   if (opt.dump) dump(opt, p + "moe_x_heads", ws.r);
+
+  // Shared + modality-specific shared experts (spec §8.1): SwiGLU7 pairs never
+  // cross the boundary between the two fc1 outputs. They run before the routed
+  // experts (independent ops, the same bytes in either order) so that the FP8
+  // rows of xn, then of sz, then of routed can share one buffer (ws.xn8).
+  be_.mark("moe.shared_experts");
+  be_.linear({.x = ws.xn, .w = L.shared_fc1, .y = ws.su.slice_cols(0, 2 * ish), .groups = ws.groups1,
+              .w_scale = L.shared_fc1_scale, .x8 = ws.xn8});
+  be_.linear({.x = ws.xn, .w = L.msh_fc1, .y = ws.su.slice_cols(2 * ish, 2 * ish + 2 * im), .groups = ws.groups3,
+              .w_scale = L.msh_fc1_scale, .x8 = ws.xn8});
+  be_.swiglu7({.u = ws.su, .z = ws.sz, .z8 = ws.sz8});
+  be_.linear({.x = ws.sz.slice_cols(0, ish), .w = L.shared_fc2, .y = ws.s2, .groups = ws.groups1,
+              .w_scale = L.shared_fc2_scale, .x8 = fp8_cols(ws.sz8, 0, ish)});
+  be_.linear({.x = ws.sz.slice_cols(ish, ish + im), .w = L.msh_fc2, .y = ws.m2, .groups = ws.groups3,
+              .w_scale = L.msh_fc2_scale, .x8 = fp8_cols(ws.sz8, ish, ish + im)});
+  be_.add({.a = ws.s2, .b = ws.m2, .out = ws.s2});
 
   Tensor forced;
   if (l < static_cast<int>(opt.forced_topk.size()) && opt.forced_topk[l].defined()) {
@@ -138,24 +172,11 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
                    .w_gate_scale = L.w_gate_scale, .w_up_scale = L.w_up_scale, .w_down_scale = L.w_down_scale,
                    .idx = ws.topk_idx,
                    .weight = ws.topk_w, .out = ws.routed, .num_heads = mh, .num_experts = ne, .top_k = k,
-                   .fp8_compute = w_.fp8_compute, .bank_layout = L.bank_layout});
+                   .fp8_compute = w_.fp8_compute, .bank_layout = L.bank_layout, .out8 = ws.xn8});
   be_.mark("moe.split_merge");
   be_.linear({.x = ws.routed, .w = L.merge_linear, .y = ws.merged, .groups = ws.groups1,
-              .w_scale = L.merge_linear_scale});
+              .w_scale = L.merge_linear_scale, .x8 = ws.xn8});
 
-  // Shared + modality-specific shared experts (spec §8.1): SwiGLU7 pairs never
-  // cross the boundary between the two fc1 outputs.
-  be_.mark("moe.shared_experts");
-  be_.linear({.x = ws.xn, .w = L.shared_fc1, .y = ws.su.slice_cols(0, 2 * ish), .groups = ws.groups1,
-              .w_scale = L.shared_fc1_scale});
-  be_.linear({.x = ws.xn, .w = L.msh_fc1, .y = ws.su.slice_cols(2 * ish, 2 * ish + 2 * im), .groups = ws.groups3,
-              .w_scale = L.msh_fc1_scale});
-  be_.swiglu7({.u = ws.su, .z = ws.sz});
-  be_.linear({.x = ws.sz.slice_cols(0, ish), .w = L.shared_fc2, .y = ws.s2, .groups = ws.groups1,
-              .w_scale = L.shared_fc2_scale});
-  be_.linear({.x = ws.sz.slice_cols(ish, ish + im), .w = L.msh_fc2, .y = ws.m2, .groups = ws.groups3,
-              .w_scale = L.msh_fc2_scale});
-  be_.add({.a = ws.s2, .b = ws.m2, .out = ws.s2});
   be_.add({.a = ws.merged, .b = ws.s2, .out = out});
 }
 

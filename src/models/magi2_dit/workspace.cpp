@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ops/numerics.h"
+
 namespace magi2 {
 
 namespace {
@@ -39,15 +41,17 @@ class Layout {
 
 }  // namespace
 
-DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, Backend& backend)
-    : DitWorkspace(a, n_tokens, c_pad, [&backend](const Shape& s, DType t) { return backend.alloc(s, t); }) {}
+DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, Backend& backend, bool fp8_rows)
+    : DitWorkspace(a, n_tokens, c_pad, [&backend](const Shape& s, DType t) { return backend.alloc(s, t); },
+                   fp8_rows) {}
 
-size_t DitWorkspace::planned_bytes(const DitArch& a, int64_t n_tokens, int64_t c_pad) {
+size_t DitWorkspace::planned_bytes(const DitArch& a, int64_t n_tokens, int64_t c_pad, bool fp8_rows) {
   // The same layout with an allocator that hands out nothing: only the sizes count.
-  return DitWorkspace(a, n_tokens, c_pad, [](const Shape&, DType) { return Tensor(); }).bytes;
+  return DitWorkspace(a, n_tokens, c_pad, [](const Shape&, DType) { return Tensor(); }, fp8_rows).bytes;
 }
 
-DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, const Alloc& alloc) : n(n_tokens) {
+DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, const Alloc& alloc, bool fp8_rows)
+    : n(n_tokens) {
   const int64_t n = n_tokens;
   const int64_t d = a.hidden_size, vw = a.virtual_width(), h = a.num_heads_q(), hd = a.head_dim;
   const int64_t di = a.dense_intermediate();
@@ -55,6 +59,16 @@ DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, co
   const int64_t mh = a.moe_num_heads, top_k = a.moe_top_k;
   const bool moe = !a.moe_layers.empty();
   const DType F = DType::F32, B = DType::BF16;
+  const bool rows8 = fp8_rows && d % kFp8ActGroup == 0;
+  // xn and its FP8 rows open every layer phase at the same offsets: one view for all phases.
+  auto norm_out = [&](Layout& L) {
+    Tensor t = L.carve({n, d}, B);
+    if (rows8) {
+      Tensor q = L.carve({n, d}, DType::F8E4M3), sc = L.carve({n, d / kFp8ActGroup}, F);
+      if (t.defined()) xn8 = {q, sc};
+    }
+    return t;
+  };
 
   // Two passes over the same layout: the first counts the bytes of the
   // persistent part and of each phase, the second carves the views out of one
@@ -91,7 +105,7 @@ DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, co
     return std::max(L.end(), second.end());
   };
   auto attention = [&](Layout& L) {
-    xn = L.carve({n, d}, B);
+    xn = norm_out(L);
     g = L.carve({n, h}, B);
     qkv = L.carve({n, 3 * d}, B);
     lse = L.carve({n, h}, F);
@@ -103,14 +117,14 @@ DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, co
     return L.end();
   };
   auto dense = [&](Layout& L) {
-    L.carve({n, d}, B);  // xn (the attention phase's view: the same offset)
+    norm_out(L);  // xn, xn8 (the attention phase's views: the same offsets)
     u = L.carve({n, 2 * di}, B);
     z = L.carve({n, di}, B);
     return L.end();
   };
   auto experts = [&](Layout& L) {
     if (!moe) return L.end();
-    L.carve({n, d}, B);  // xn
+    norm_out(L);  // xn, xn8
     r = L.carve({n, d}, B);
     routed = L.carve({n, d}, B);
     merged = L.carve({n, d}, B);
@@ -130,6 +144,12 @@ DitWorkspace::DitWorkspace(const DitArch& a, int64_t n_tokens, int64_t c_pad, co
   bytes = lay_out(nullptr);
   const Tensor backing = alloc({static_cast<int64_t>(bytes)}, DType::U8);
   if (backing.defined()) lay_out(&backing);
+  if (xn8.defined() && moe && sh % kFp8ActGroup == 0 && sh <= d) {
+    const auto as = [&](const Tensor& t, const Shape& shape) {
+      return Tensor::view_of(t.data(), shape, t.dtype(), t.owner(), t.device());
+    };
+    sz8 = {as(xn8.q, {n, sh}), as(xn8.scale, {n, sh / kFp8ActGroup})};
+  }
 }
 
 }  // namespace magi2

@@ -19,11 +19,13 @@ namespace magi2 {
 /// this takes 11 GB instead of 33 GB.
 class DitWorkspace {
  public:
-  DitWorkspace(const DitArch& a, int64_t n, int64_t c_pad, Backend& be);
+  /// fp8_rows: the linears are FP8 (`--linear-compute fp8`), so xn8 is
+  /// carved too (when the hidden size is a multiple of 128).
+  DitWorkspace(const DitArch& a, int64_t n, int64_t c_pad, Backend& be, bool fp8_rows = false);
 
   /// Bytes the workspace for N tokens of width C_pad takes (what `bytes` will
   /// be), computed from the same layout without allocating (memory plan).
-  static size_t planned_bytes(const DitArch& a, int64_t n, int64_t c_pad);
+  static size_t planned_bytes(const DitArch& a, int64_t n, int64_t c_pad, bool fp8_rows = false);
 
   int64_t n = 0;
   // Token layout of the request shape, built once by Dit::prepare (spec §3.9).
@@ -56,6 +58,12 @@ class DitWorkspace {
   Tensor branch_in;  ///< [N, D] bf16
   Tensor branch_out; ///< [N, D] bf16
   Tensor xn;         ///< [N, D] bf16 pre-norm output
+  /// xn's FP8 rows (RmsNormParams::y8) for the FP8 linears that read xn (qkv,
+  /// split, shared fc1s, dense up), then o_p's (AttnOutParams::out8) for the
+  /// output projection, routed's (MoeExpertsParams::out8) for the merge: [N, D]
+  /// e4m3 + [N, D / 128] f32, right after xn in every phase. Undefined unless
+  /// fp8_rows and D % 128 == 0.
+  Fp8Rows xn8;
   // attention
   Tensor g;          ///< [N, H] bf16 gate logits
   Tensor qkv;        ///< [N, 3D] bf16
@@ -72,6 +80,11 @@ class DitWorkspace {
   Tensor merged;     ///< [N, D] bf16
   Tensor su;         ///< [N, 2*(Ish+Im)] bf16 shared fc1 outputs
   Tensor sz;         ///< [N, Ish+Im] bf16
+  /// sz's FP8 rows (SwiGLU7Params::z8) for the shared experts' fc2s: xn8's bytes
+  /// as [N, Ish+Im] e4m3 + [N, (Ish+Im) / 128] f32 (xn8 is dead by then; the
+  /// routed experts' out8 follows in xn8 itself). Undefined unless xn8 is
+  /// defined and Ish+Im is a multiple of 128 no wider than D.
+  Fp8Rows sz8;
   Tensor s2, m2;     ///< [N, D] bf16
   Tensor topk_idx;   ///< [MH, N, K] i32
   Tensor topk_w;     ///< [MH, N, K] f32
@@ -87,7 +100,7 @@ class DitWorkspace {
 
  private:
   using Alloc = std::function<Tensor(const Shape&, DType)>;
-  DitWorkspace(const DitArch& a, int64_t n, int64_t c_pad, const Alloc& alloc);
+  DitWorkspace(const DitArch& a, int64_t n, int64_t c_pad, const Alloc& alloc, bool fp8_rows);
 };
 
 }  // namespace magi2
