@@ -1,12 +1,14 @@
 // Device half of test_cuda_fp8_w8a8's E4m3Conversion and QuantRcp: the
 // hardware e4m3 rounding (ops/numerics.h e4m3_bits_pair) against the software
-// one on all 2^32 fp32 patterns, and the multiplying quantiser
-// (fp8_act_quant_rcp) against the dividing one (fp8_act_quant) on inputs at and
-// around every e4m3 rounding boundary and on a random sweep.
+// one on all 2^32 fp32 patterns, and the multiplying quantisers
+// (fp8_act_quant_rcp; the producers' dev::fp8_quant2, cuda/fp8_quant.cuh)
+// against the dividing one (fp8_act_quant) on inputs at and around every e4m3
+// rounding boundary and on a random sweep.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "cuda/fp8_quant.cuh"
 #include "mismatch_count.cuh"
 #include "ops/numerics.h"
 
@@ -38,9 +40,16 @@ __device__ __forceinline__ uint32_t mix(uint32_t a, uint32_t b) {
   return h ^ (h >> 15);
 }
 
+// Both multiplying forms against the division: fp8_act_quant_rcp, and the
+// producers' pair conversion (dev::fp8_quant2) with v in either slot.
 __device__ __forceinline__ unsigned long long quant_differs(float v, float scale) {
-  const uint8_t fast = fp8_act_quant_rcp(v, scale, fp8_act_rcp(scale));
-  return fast == fp8_act_quant(v, scale) ? 0 : 1;
+  const float rcp = fp8_act_rcp(scale);
+  const uint32_t want = fp8_act_quant(v, scale);
+  const uint32_t pair = cuda::dev::fp8_quant2(v, 0.75f * v, scale, rcp);
+  const uint32_t swapped = cuda::dev::fp8_quant2(0.75f * v, v, scale, rcp);
+  const bool same = fp8_act_quant_rcp(v, scale, rcp) == want && (pair & 0xffu) == want &&
+                    (pair >> 8) == fp8_act_quant(0.75f * v, scale) && (swapped >> 8) == want;
+  return same ? 0 : 1;
 }
 
 // Thread i: scale i (random mantissa, exponent -40..40 around 1/448), then
@@ -84,8 +93,8 @@ uint64_t e4m3_cvt_mismatches(cudaStream_t s) {
   return read_mismatches(d, s);
 }
 
-/// Number of (value, scale) inputs on which fp8_act_quant_rcp differs from
-/// fp8_act_quant: `scales` random scales, each with the inputs at and near
+/// Number of (value, scale) inputs on which fp8_act_quant_rcp or
+/// dev::fp8_quant2 differs from fp8_act_quant: `scales` random scales, each with the inputs at and near
 /// every e4m3 rounding boundary (~35,000) and `sweep` random group values.
 /// Synchronises `s`; all ones on an allocation failure.
 uint64_t fp8_quant_rcp_mismatches(int scales, int sweep, cudaStream_t s) {
