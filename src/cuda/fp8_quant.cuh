@@ -5,10 +5,12 @@
 // bit-identical to the host's for every input without NaN. The amax is an
 // integer max of the magnitudes' bits and the bytes come from q = v * (1 /
 // scale) by one hardware conversion per pair wherever that is provably the
-// division's rounding (fp8_rcp_exact): a few operations a value, so the
-// producers that quantise their output stay near copy speed. Used by the FP8 linears (linear_fp8.cu; rms_norm's FP8 rows in
-// elementwise.cu), the FP8 attention's quantiser and its producer
-// (attn_glue.cu); the W8A8 routed experts quantise 16 lanes a group in their
+// division's rounding (fp8_rcp_exact): fewer operations a value than a
+// division each. Used by the FP8 linears' quantiser (linear_fp8.cu), the
+// producers that write FP8 rows (rms_norm and SwiGLU7 in elementwise.cu,
+// attn_out and FP8 attention's q producer in attn_glue.cu, the MoE combine in
+// moe_grouped.cu) and the FP8 attention's quantiser (attention_fp8.cu, its
+// warp amax); the W8A8 routed experts quantise 16 lanes a group in their
 // scatter (moe_w8a8.cu). Device-only header.
 #pragma once
 
