@@ -549,8 +549,12 @@ void attn_out_variant(const AttnOutParams& p, cudaStream_t s, AttnOutKernel whic
   if (q8) check_fp8_rows(Device::CUDA, p.out8, t, h * hd, "attn_out.out8");
   if (t == 0 || h == 0) return;
   const bool vec = aligned16(p.o.data()) && aligned16(p.out.data());
-  // out's FP8 rows in the same pass (both kernels; the same 272p step, H100, sixteenth session), else after it.
   const bool one_pass = q8 && hd == kFp8ActGroup && p.out8.q.is_contiguous() && p.out8.scale.is_contiguous();
+  // out's FP8 rows in the same pass, by the row kernel unless MAGI2_ATTN_OUT_FP8=half-warp (a measurement
+  // knob; unset or rows: the row kernel; both measured alike in the 272p step, H100, sixteenth session).
+  if (one_pass && which == AttnOutKernel::kAuto &&
+      env_choice("MAGI2_ATTN_OUT_FP8", {"half-warp", "rows"}) == 0)
+    which = AttnOutKernel::kHalfWarp;
   if (vec && h <= 32 && which != AttnOutKernel::kHalfWarp) {
     const unsigned blocks = static_cast<unsigned>((t + kThreads / 32 - 1) / (kThreads / 32));
     if (one_pass)  // one pass writes out and its FP8 rows

@@ -348,9 +348,7 @@ void swiglu7(const SwiGLU7Params& p, cudaStream_t s) {
   if (rows * half == 0) return;
   if (vec_rows(p.u) && vec_rows(p.z) && half % 8 == 0 && rows * (half / 8) < (int64_t{1} << 31)) {
     const unsigned blocks = blocks_for(rows * half / 8);
-    // z's FP8 rows in the same pass where each lane's 8 bytes are 8-byte aligned, else after it.
-    const bool one_pass = q8 && reinterpret_cast<uintptr_t>(p.z8.q.data()) % 8 == 0 && p.z8.q.row_stride() % 8 == 0;
-    if (one_pass)
+    if (q8 && reinterpret_cast<uintptr_t>(p.z8.q.data()) % 8 == 0 && p.z8.q.row_stride() % 8 == 0)
       swiglu7_vec_kernel<true><<<blocks, kThreads, 0, s>>>(
           ptr<uint16_t>(p.u), p.u.row_stride(), ptr<uint16_t>(p.z), p.z.row_stride(), static_cast<uint32_t>(rows),
           static_cast<uint32_t>(half / 8), ptr<uint8_t>(p.z8.q), p.z8.q.row_stride(), ptr<float>(p.z8.scale),
@@ -360,7 +358,8 @@ void swiglu7(const SwiGLU7Params& p, cudaStream_t s) {
                                                      p.z.row_stride(), static_cast<uint32_t>(rows),
                                                      static_cast<uint32_t>(half / 8));
     MAGI2_CUDA_CHECK_LAUNCH("swiglu7");
-    if (q8 && !one_pass) quantize_fp8_rows_of(p.z, p.z8, s, "swiglu7.z8");
+    if (q8 && !(reinterpret_cast<uintptr_t>(p.z8.q.data()) % 8 == 0 && p.z8.q.row_stride() % 8 == 0))
+      quantize_fp8_rows_of(p.z, p.z8, s, "swiglu7.z8");
     return;
   }
   swiglu7_kernel<<<blocks_for(rows * half), kThreads, 0, s>>>(ptr<uint16_t>(p.u), p.u.row_stride(),
