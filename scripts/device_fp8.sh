@@ -15,7 +15,10 @@
 #   its tests and bench_moe at 272p; ~4 min), w8a8full (on an H200 the whole model with W8A8 experts,
 #   BASE=1: and with W8A16; ~6 min), w8a8all (w8a8's test and bench_moe, then the step with W8A8 and W8A16
 #   experts: the whole model on an H200, one shared bank elsewhere; ~8 min), rows8 (the producers' FP8 rows:
-#   their tests, then the 272p step with and without FP8 linears; OLD=DIR: an older bundle's first; ~6 min).
+#   their tests, then the 272p step with and without FP8 linears; OLD=DIR: an older bundle's first; ~6 min),
+#   prof (Nsight Compute on the fused W8A8 experts and the FP8 flash kernel, then the 272p step; ~4 min),
+#   epi (the W8A8 experts' SwiGLU7 forms, MAGI2_W8A8_SWIGLU7: the kernel's test and bench_moe; ~3 min),
+#   sass (Nsight Compute's per-instruction stall samples of the fused experts and the FP8 flash kernel; ~3 min).
 # Logs go to $OUT (the device tool's result folder; /tmp/fp8-out elsewhere). Each step has its own
 # timeout, so a hung kernel costs only its step.
 set -u
@@ -156,6 +159,138 @@ case $phase in
     step new_lin8 ${T1:-200} ./magi2 $b --linear-compute fp8; bench_lines new_lin8 14
     step new_bf16 ${T1:-200} ./magi2 $b; bench_lines new_bf16 14
     ;;
-  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8, w8a8full, w8a8all, qkv8, qkv8full or rows8, got '$phase'" >&2; exit 2 ;;
+  prof)
+    # Nsight Compute on the two largest kernels of the step: the W8A8 fused routed experts (bench_moe at
+    # 272p) and the FP8 flash attention (bench_attention --fp8), one launch each, the sections that say
+    # what binds them (pipes, warp stalls, memory). Then (unless NOSTEP=1) the 272p step with FP8 linears.
+    # ~4 min on an H200.
+    ncu=/usr/local/cuda/bin/ncu
+    secs="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section Occupancy --section InstructionStats --section LaunchStats"
+    # shellcheck disable=SC2086
+    step prof_moe 240 $ncu $secs -k regex:expert_fused_fp8 --launch-skip 1 --launch-count 1 ./bench_moe 29872
+    # shellcheck disable=SC2086
+    step prof_attn 240 $ncu $secs --kernel-name-base demangled -k "regex:attention_flash_kernel<true, 128, [0-9]+, false, 0>" \
+      --launch-count 1 ./bench_attention --fp8 --reps 1
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    b="bench --weights fp8-experts --steps 2 --warmup 1 --attention-compute fp8 --fp8-compute w8a8 --linear-compute fp8"
+    [ "$mem" -gt 120000 ] && b="$b --full-model"
+    if [ -z "${NOSTEP:-}" ]; then
+      step step272 ${T1:-200} ./magi2 $b --resolutions 272p; bench_lines step272 14
+    fi
+    ;;
+  epi)
+    # The W8A8 experts' SwiGLU7 in its two forms (MAGI2_W8A8_SWIGLU7=sigmoid|tanh): the kernel's test
+    # with the tanh form, then bench_moe at 272p with each. ~3 min.
+    for f in ${FORMS:-tanh f16x2}; do
+      step w8$f 200 env MAGI2_W8A8_SWIGLU7=$f ./test_cuda_fp8_w8a8; summary w8$f 8
+      grep -E "rel|RMS" "$out/w8$f.log" | head -8
+    done
+    for f in ${FORMS:-sigmoid tanh f16x2}; do
+      step moe_$f 240 env MAGI2_W8A8_SWIGLU7=$f ./bench_moe 29872
+      grep -E "ceiling|GB/s \(|W8A8, K-major" "$out/moe_$f.log" | head -8
+    done
+    ;;
+  sass)
+    # Per-instruction warp stall samples (Nsight Compute's source page, SASS) of the W8A8 fused experts
+    # (MAGI2_W8A8_SWIGLU7 as set) and of the FP8 flash kernel, with the stall reasons' breakdown. ~3 min.
+    ncu=/usr/local/cuda/bin/ncu
+    secs="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis"
+    # shellcheck disable=SC2086
+    step sass_moe_run 300 $ncu $secs --import-source no -f -o "$out/moe" -k regex:expert_fused_fp8 --launch-skip 1 \
+      --launch-count 1 ./bench_moe 29872
+    ./run.sh $ncu -i "$out/moe.ncu-rep" --page source --csv --print-source sass > "$out/moe_sass.csv" 2>&1
+    ./run.sh $ncu -i "$out/moe.ncu-rep" --page details --print-details all > "$out/moe_details.txt" 2>&1
+    # shellcheck disable=SC2086
+    step sass_attn_run 300 $ncu $secs --import-source no -f -o "$out/attn" --kernel-name-base demangled \
+      -k "regex:attention_flash_kernel<\(bool\)1, \(int\)128, \(int\)2, \(bool\)0, \(int\)0>" --launch-count 1 \
+      ./bench_attention --fp8 --reps 1
+    ./run.sh $ncu -i "$out/attn.ncu-rep" --page source --csv --print-source sass > "$out/attn_sass.csv" 2>&1
+    ./run.sh $ncu -i "$out/attn.ncu-rep" --page details --print-details all > "$out/attn_details.txt" 2>&1
+    rm -f "$out"/*.ncu-rep
+    ls -la "$out"
+    ;;
+  persist)
+    # The W8A8 experts' kernel against an older build's (bench_moe_old and magi2_old in the bundle; OLDENV:
+    # environment for them): its tests, the op table, the DiT step tests, bench_moe at 272p (old, new),
+    # the 272p step with FP8 linears (old, new), then Nsight Compute's stall samples of the new kernel.
+    step w8 200 ./test_cuda_fp8_w8a8; summary w8 8; grep -E "rel-RMS" "$out/w8.log" | head -4
+    step ops 300 ./test_cuda_backend_ops; grep -E "moe|entries|FAIL" "$out/ops.log" | head -12
+    step dit 240 ./test_cuda_dit_step; summary dit 6
+    for v in old new; do
+      b=./bench_moe; e=""; [ $v = old ] && b=./bench_moe_old && e="${OLDENV:-}"
+      # shellcheck disable=SC2086
+      step moe_$v 240 env $e $b 29872; grep -E "ceiling|GB/s \(|W8A8, K-major" "$out/moe_$v.log" | grep -v "SwiGLU7 |W2 grouped" | head -6
+    done
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    b="bench --weights fp8-experts --steps 2 --warmup 1 --attention-compute fp8 --fp8-compute w8a8 --linear-compute fp8 --resolutions 272p"
+    [ "$mem" -gt 120000 ] && b="$b --full-model"
+    # shellcheck disable=SC2086
+    step step_old ${T1:-200} env ${OLDENV:-} ./magi2_old $b; bench_lines step_old 14
+    # shellcheck disable=SC2086
+    step step_new ${T1:-200} ./magi2 $b; bench_lines step_new 14
+    [ -z "${NOPROF:-}" ] && bash "$0" sass_moe
+    ;;
+  sass_moe)
+    ncu=/usr/local/cuda/bin/ncu
+    secs="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis"
+    # shellcheck disable=SC2086
+    step sass_moe_run 300 $ncu $secs --import-source no -f -o "$out/moe" -k regex:expert_fused_fp8 --launch-skip 1 \
+      --launch-count 1 ./bench_moe 29872
+    ./run.sh $ncu -i "$out/moe.ncu-rep" --page source --csv --print-source sass > "$out/moe_sass.csv" 2>&1
+    ./run.sh $ncu -i "$out/moe.ncu-rep" --page details --print-details all > "$out/moe_details.txt" 2>&1
+    rm -f "$out"/*.ncu-rep
+    grep -E "Duration|Tensor|Issue Slots|SM Frequency" "$out/moe_details.txt" | head -8
+    ;;
+  grid)
+    # The W8A8 experts' kernel with MAGI2_W8A8_GRID=persistent and =tiles against an older build's
+    # (bench_moe_old, magi2_old; OLDENV): its tests, then bench_moe at 272p twice each, interleaved,
+    # then the 272p step with FP8 linears for each.
+    step w8 200 ./test_cuda_fp8_w8a8; summary w8 8; grep -E "rel-RMS" "$out/w8.log" | head -3
+    step w8t 200 env MAGI2_W8A8_GRID=tiles ./test_cuda_fp8_w8a8; summary w8t 4
+    for tb in test_cuda_moe_grouped test_cuda_fp8_experts test_cuda_dit_step; do
+      [ -x "./$tb" ] && { step "$tb" 240 "./$tb"; summary "$tb" 4; }
+    done
+    [ -x ./test_cuda_backend_ops ] && { step ops 300 ./test_cuda_backend_ops; grep -E "W8A8|entries" "$out/ops.log"; }
+    for r in 1 2; do
+      for v in old persistent tiles; do
+        b=./bench_moe; e="MAGI2_W8A8_GRID=$v"; [ $v = old ] && b=./bench_moe_old && e="${OLDENV:-A=1}"
+        # shellcheck disable=SC2086
+        step moe_${v}_$r 240 env $e $b 29872
+        grep -E "W8A8, K-major" "$out/moe_${v}_$r.log" | grep -E "W13 grouped|total" | head -2
+      done
+    done
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    b="bench --weights fp8-experts --steps 2 --warmup 1 --attention-compute fp8 --fp8-compute w8a8 --linear-compute fp8 --resolutions 272p"
+    [ "$mem" -gt 120000 ] && b="$b --full-model"
+    for v in old persistent tiles; do
+      m=./magi2; e="MAGI2_W8A8_GRID=$v"; [ $v = old ] && m=./magi2_old && e="${OLDENV:-A=1}"
+      # shellcheck disable=SC2086
+      step step_$v ${T1:-200} env $e $m $b; grep -E "^bench|routed" "$out/step_$v.log" | cut -c1-120
+    done
+    ;;
+  final)
+    # The device check of the session's last CUDA code: every CUDA test binary in the bundle, the op table,
+    # then the step (W8A8 experts, FP8 attention, FP8 linears) at 272p with magi2_old (OLDENV) and magi2,
+    # and at 540p with magi2 (RES540=0 skips it); the whole model on an H200, one shared bank elsewhere.
+    for tb in ./test_cuda_*; do
+      n=$(basename "$tb"); [ "$n" = test_cuda_backend_ops ] && continue
+      step "$n" 300 "$tb"; summary "$n" 3
+    done
+    step ops 300 ./test_cuda_backend_ops; grep -E "entries|FAIL" "$out/ops.log" | head -4
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    b="bench --weights fp8-experts --steps 2 --warmup 1 --attention-compute fp8 --fp8-compute w8a8 --linear-compute fp8"
+    [ "$mem" -gt 120000 ] && b="$b --full-model"
+    if [ -x ./magi2_old ]; then
+      # shellcheck disable=SC2086
+      step step_old ${T1:-240} env ${OLDENV:-A=1} ./magi2_old $b --resolutions 272p; bench_lines step_old 14
+    fi
+    # shellcheck disable=SC2086
+    step step272 ${T1:-240} ./magi2 $b --resolutions 272p; bench_lines step272 14
+    if [ "${RES540:-1}" != 0 ]; then
+      # shellcheck disable=SC2086
+      step step540 ${T1:-300} ./magi2 $b --resolutions 540p; bench_lines step540 14
+    fi
+    ;;
+  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8, w8a8full, w8a8all, qkv8, qkv8full, rows8, prof, epi, sass, persist, sass_moe, grid or final, got '$phase'" >&2; exit 2 ;;
 esac
 exit $rc

@@ -251,7 +251,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     warpgroup_commit_batch();
   };
   // Z(j) from the finished GU(j): G and U of accumulator value v (gate v < 16, up v + 16) with
-  // their K-blocks' scales, SwiGLU7, then the e4m3 fragment of each column block in p8_acc_index's order.
+  // their K-blocks' scales, SwiGLU7 (dev::swiglu7_half_tanh: one SFU op a value where swiglu7_f32
+  // with sigmoid_fast_f32 takes two; the kernel 6.06 against 6.76 ms at 272p, H100, docs/perf.md),
+  // then the e4m3 fragment of each column block in p8_acc_index's order.
   auto swiglu7_into = [&](int j, auto& z0, auto& z1) {
     warpgroup_fence_operand(acc_g0);
     warpgroup_fence_operand(acc_g1);
@@ -261,14 +263,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float sgh0 = fp8_block_scale(xs_hi.x, g0), sgh1 = fp8_block_scale(xs_hi.y, g1);
     const float sul0 = fp8_block_scale(xs_lo.x, u0), sul1 = fp8_block_scale(xs_lo.y, u1);
     const float suh0 = fp8_block_scale(xs_hi.x, u0), suh1 = fp8_block_scale(xs_hi.y, u1);
-    auto sig = [](float x) { return dev::sigmoid_fast_f32(x); };
+    // h = G / 2 (the gate's scales halved: exact) and v = U + 1 for dev::swiglu7_half_tanh.
+    const float hl0 = 0.5f * sgl0, hl1 = 0.5f * sgl1, hh0 = 0.5f * sgh0, hh1 = 0.5f * sgh1;
     float z[16];
     CUTE_UNROLL
     for (int v = 0; v < 16; ++v) {
       const bool hi = (v / 2) % 2 == 1;  // values 2, 3 of each 4 are the row r + 8
-      const float g = fmaf(acc_g1(v), hi ? sgh1 : sgl1, acc_g0(v) * (hi ? sgh0 : sgl0));
-      const float u = fmaf(acc_g1(v + 16), hi ? suh1 : sul1, acc_g0(v + 16) * (hi ? suh0 : sul0));
-      z[v] = swiglu7_f32(g, u, sig);
+      const float h = fmaf(acc_g1(v), hi ? hh1 : hl1, acc_g0(v) * (hi ? hh0 : hl0));
+      const float u1 = fmaf(acc_g1(v + 16), hi ? suh1 : sul1, fmaf(acc_g0(v + 16), hi ? suh0 : sul0, 1.0f));
+      z[v] = dev::swiglu7_half_tanh(h, u1);
     }
     const float f0 = sm.down_scale[nb][0], f1 = sm.down_scale[nb][1];
     auto w0 = cute::recast<uint32_t>(z0);
