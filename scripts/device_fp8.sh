@@ -17,8 +17,10 @@
 #   experts: the whole model on an H200, one shared bank elsewhere; ~8 min), rows8 (the producers' FP8 rows:
 #   their tests, then the 272p step with and without FP8 linears; OLD=DIR: an older bundle's first; ~6 min),
 #   prof (Nsight Compute on the fused W8A8 experts and the FP8 flash kernel, then the 272p step; ~4 min),
-#   epi (the W8A8 experts' SwiGLU7 forms, MAGI2_W8A8_SWIGLU7: the kernel's test and bench_moe; ~3 min),
-#   sass (Nsight Compute's per-instruction stall samples of the fused experts and the FP8 flash kernel; ~3 min).
+#   sass (Nsight Compute's per-instruction stall samples of the fused experts and the FP8 flash kernel; ~3 min),
+#   sass_moe (the same for the fused experts alone), grid (the W8A8 kernel's MAGI2_W8A8_GRID forms against an
+#   older build's bench_moe_old / magi2_old: tests, bench_moe, the 272p step; ~4 min), final (every CUDA
+#   test binary in the bundle, the op table, the 272p step against magi2_old and 540p; ~6 min on an H200).
 # Logs go to $OUT (the device tool's result folder; /tmp/fp8-out elsewhere). Each step has its own
 # timeout, so a hung kernel costs only its step.
 set -u
@@ -178,28 +180,12 @@ case $phase in
       step step272 ${T1:-200} ./magi2 $b --resolutions 272p; bench_lines step272 14
     fi
     ;;
-  epi)
-    # The W8A8 experts' SwiGLU7 in its two forms (MAGI2_W8A8_SWIGLU7=sigmoid|tanh): the kernel's test
-    # with the tanh form, then bench_moe at 272p with each. ~3 min.
-    for f in ${FORMS:-tanh f16x2}; do
-      step w8$f 200 env MAGI2_W8A8_SWIGLU7=$f ./test_cuda_fp8_w8a8; summary w8$f 8
-      grep -E "rel|RMS" "$out/w8$f.log" | head -8
-    done
-    for f in ${FORMS:-sigmoid tanh f16x2}; do
-      step moe_$f 240 env MAGI2_W8A8_SWIGLU7=$f ./bench_moe 29872
-      grep -E "ceiling|GB/s \(|W8A8, K-major" "$out/moe_$f.log" | head -8
-    done
-    ;;
   sass)
     # Per-instruction warp stall samples (Nsight Compute's source page, SASS) of the W8A8 fused experts
-    # (MAGI2_W8A8_SWIGLU7 as set) and of the FP8 flash kernel, with the stall reasons' breakdown. ~3 min.
+    # (sass_moe) and of the FP8 flash kernel, with the stall reasons' breakdown. ~3 min.
+    bash "$0" sass_moe
     ncu=/usr/local/cuda/bin/ncu
     secs="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis"
-    # shellcheck disable=SC2086
-    step sass_moe_run 300 $ncu $secs --import-source no -f -o "$out/moe" -k regex:expert_fused_fp8 --launch-skip 1 \
-      --launch-count 1 ./bench_moe 29872
-    ./run.sh $ncu -i "$out/moe.ncu-rep" --page source --csv --print-source sass > "$out/moe_sass.csv" 2>&1
-    ./run.sh $ncu -i "$out/moe.ncu-rep" --page details --print-details all > "$out/moe_details.txt" 2>&1
     # shellcheck disable=SC2086
     step sass_attn_run 300 $ncu $secs --import-source no -f -o "$out/attn" --kernel-name-base demangled \
       -k "regex:attention_flash_kernel<\(bool\)1, \(int\)128, \(int\)2, \(bool\)0, \(int\)0>" --launch-count 1 \
@@ -207,30 +193,9 @@ case $phase in
     ./run.sh $ncu -i "$out/attn.ncu-rep" --page source --csv --print-source sass > "$out/attn_sass.csv" 2>&1
     ./run.sh $ncu -i "$out/attn.ncu-rep" --page details --print-details all > "$out/attn_details.txt" 2>&1
     rm -f "$out"/*.ncu-rep
-    ls -la "$out"
-    ;;
-  persist)
-    # The W8A8 experts' kernel against an older build's (bench_moe_old and magi2_old in the bundle; OLDENV:
-    # environment for them): its tests, the op table, the DiT step tests, bench_moe at 272p (old, new),
-    # the 272p step with FP8 linears (old, new), then Nsight Compute's stall samples of the new kernel.
-    step w8 200 ./test_cuda_fp8_w8a8; summary w8 8; grep -E "rel-RMS" "$out/w8.log" | head -4
-    step ops 300 ./test_cuda_backend_ops; grep -E "moe|entries|FAIL" "$out/ops.log" | head -12
-    step dit 240 ./test_cuda_dit_step; summary dit 6
-    for v in old new; do
-      b=./bench_moe; e=""; [ $v = old ] && b=./bench_moe_old && e="${OLDENV:-}"
-      # shellcheck disable=SC2086
-      step moe_$v 240 env $e $b 29872; grep -E "ceiling|GB/s \(|W8A8, K-major" "$out/moe_$v.log" | grep -v "SwiGLU7 |W2 grouped" | head -6
-    done
-    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-    b="bench --weights fp8-experts --steps 2 --warmup 1 --attention-compute fp8 --fp8-compute w8a8 --linear-compute fp8 --resolutions 272p"
-    [ "$mem" -gt 120000 ] && b="$b --full-model"
-    # shellcheck disable=SC2086
-    step step_old ${T1:-200} env ${OLDENV:-} ./magi2_old $b; bench_lines step_old 14
-    # shellcheck disable=SC2086
-    step step_new ${T1:-200} ./magi2 $b; bench_lines step_new 14
-    [ -z "${NOPROF:-}" ] && bash "$0" sass_moe
     ;;
   sass_moe)
+    # The W8A8 fused experts' per-instruction stall samples alone (bench_moe at 272p, one launch).
     ncu=/usr/local/cuda/bin/ncu
     secs="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis"
     # shellcheck disable=SC2086
@@ -291,6 +256,6 @@ case $phase in
       step step540 ${T1:-300} ./magi2 $b --resolutions 540p; bench_lines step540 14
     fi
     ;;
-  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8, w8a8full, w8a8all, qkv8, qkv8full, rows8, prof, epi, sass, persist, sass_moe, grid or final, got '$phase'" >&2; exit 2 ;;
+  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8, w8a8full, w8a8all, qkv8, qkv8full, rows8, prof, sass, sass_moe, grid or final, got '$phase'" >&2; exit 2 ;;
 esac
 exit $rc
