@@ -171,7 +171,7 @@ case $phase in
     # shellcheck disable=SC2086
     step prof_moe 240 $ncu $secs -k regex:expert_fused_fp8 --launch-skip 1 --launch-count 1 ./bench_moe 29872
     # shellcheck disable=SC2086
-    step prof_attn 240 $ncu $secs --kernel-name-base demangled -k "regex:attention_flash_kernel<true, 128, [0-9]+, false, 0>" \
+    step prof_attn 240 $ncu $secs --kernel-name-base demangled -k "regex:attention_flash_kernel<\(bool\)1, \(int\)128, \(int\)[0-9]+, \(bool\)0, \(int\)0>" \
       --launch-count 1 ./bench_attention --fp8 --reps 1
     mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
     b="bench --weights fp8-experts --steps 2 --warmup 1 --attention-compute fp8 --fp8-compute w8a8 --linear-compute fp8"
@@ -207,7 +207,8 @@ case $phase in
     grep -E "Duration|Tensor|Issue Slots|SM Frequency" "$out/moe_details.txt" | head -8
     ;;
   grid)
-    # The W8A8 experts' kernel with MAGI2_W8A8_GRID=persistent and =tiles against an older build's
+    # The W8A8 experts' kernel with MAGI2_W8A8_GRID=persistent and =tiles (a knob of branch w8a8-pg2 only;
+    # main ignores it) against an older build's
     # (bench_moe_old, magi2_old; OLDENV): its tests, then bench_moe at 272p twice each, interleaved,
     # then the 272p step with FP8 linears for each.
     step w8 200 ./test_cuda_fp8_w8a8; summary w8 8; grep -E "rel-RMS" "$out/w8.log" | head -3
