@@ -319,20 +319,40 @@ __global__ void __launch_bounds__(kThreads, 1)
   warpgroup_fence_operand(acc_y0);
   warpgroup_fence_operand(acc_y1);
 
-  // bf16((Y_n x unscale_n) x weight); values 2i and 2i + 1 are adjacent columns of one row.
+  // bf16((Y_n x unscale_n) x weight); values 2i and 2i + 1 are adjacent columns of one row, values
+  // 4i, 4i + 1 of row m_a and 4i + 2, 4i + 3 of row m_b = m_a + 8. The store goes through shared
+  // memory so that a warp writes whole rows with 16-byte stores (storing the accumulators directly
+  // took 64 four-byte stores a thread, 8 rows a warp instruction: Nsight Compute showed it
+  // LSU-bound, docs/perf.md). The staging area is the warpgroup's own rows of sm.x (its wgmma read
+  // no others and have all completed), one 64 x 128 column block at a time: 16-byte chunk c of
+  // row r at piece c / 8 (LayoutX's two K-blocks), row r, position (c % 8) ^ (r % 8), so both the
+  // accumulator-order writes and the row-order reads are free of bank conflicts.
   auto coord = thr_w2.partition_C(make_identity_tensor(cute::Shape<Int<kBM>, Int<kFp8Block>>{}));
+  cutlass::arch::NamedBarrier::sync(128, 2 + wg);  // every warp's wgmma done reading the rows of sm.x
+  // The routing weights are loaded after that barrier, so the compiler cannot hoist them into the chunk loop.
+  const int m_a = get<0>(coord(0)), m_b = get<0>(coord(2));
+  const float w_a = m_a < t.rows ? wrow[t.row0 + m_a] : 0.0f, w_b = m_b < t.rows ? wrow[t.row0 + m_b] : 0.0f;
+  uint8_t* const stage = reinterpret_cast<uint8_t*>(&sm.x[0]) + wg * 64 * 128;
+  auto chunk_at = [&](int r, int c) { return stage + (c / 8) * (kBM * 128) + r * 128 + ((c % 8) ^ (r % 8)) * 16; };
   auto store = [&](auto& acc, int n) {
     const float un = sm.unscale[n];
     CUTE_UNROLL
     for (int i = 0; i < size(acc); i += 2) {
-      const int m = get<0>(coord(i)), c = n * kFp8Block + get<1>(coord(i));
-      if (m < t.rows) {
-        const float w = wrow[t.row0 + m];
-        *reinterpret_cast<uint32_t*>(y + (t.row0 + m) * kDH + c) = bf16x2_rn(acc(i + 1) * un * w, acc(i) * un * w);
-      }
+      const int r = get<0>(coord(i)) - wg * 64, c = get<1>(coord(i));
+      const float w = (i / 2) % 2 == 1 ? w_b : w_a;
+      *reinterpret_cast<uint32_t*>(chunk_at(r, c / 8) + (c % 8) * 2) = bf16x2_rn(acc(i + 1) * un * w, acc(i) * un * w);
+    }
+    cutlass::arch::NamedBarrier::sync(128, 2 + wg);
+    CUTE_UNROLL
+    for (int k = 0; k < 64 * 16 / 128; ++k) {  // the block's 64 rows x 16 chunks, a warp two rows a step
+      const int q = k * 128 + wt, r = q / 16, c = q % 16;
+      if (wg * 64 + r < t.rows)
+        *reinterpret_cast<uint4*>(y + (t.row0 + wg * 64 + r) * kDH + n * kFp8Block + c * 8) =
+            *reinterpret_cast<const uint4*>(chunk_at(r, c));
     }
   };
   store(acc_y0, 0);
+  cutlass::arch::NamedBarrier::sync(128, 2 + wg);  // block 0's reads done before block 1 overwrites it
   store(acc_y1, 1);
 }
 

@@ -12,6 +12,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/fp8_fragment.cuh"
+#include "cuda/fp8_quant.cuh"
 #include "cuda/moe_expert_fused.h"
 #include "ops/backend_options.h"
 #include "ops/numerics.h"
@@ -58,9 +59,9 @@ __global__ void w8a8_quant_scatter(const uint16_t* __restrict__ r, int64_t ldr, 
 #pragma unroll
   for (int o = 8; o > 0; o >>= 1) m = fp8_amax_step(m, __shfl_xor_sync(0xffffffffu, m, o));  // within 16 lanes
   const float sc = fp8_act_scale(m), rcp = fp8_act_rcp(sc);
-  uint32_t q[2] = {0u, 0u};
-#pragma unroll
-  for (int j = 0; j < 8; ++j) q[j / 4] |= static_cast<uint32_t>(fp8_act_quant_rcp(v[j], sc, rcp)) << (8 * (j % 4));
+  // fp8_act_quant's bytes by the multiplying form (one conversion a pair; fp8_quant.cuh).
+  const uint32_t q[2] = {dev::fp8_quant2(v[0], v[1], sc, rcp) | dev::fp8_quant2(v[2], v[3], sc, rcp) << 16,
+                         dev::fp8_quant2(v[4], v[5], sc, rcp) | dev::fp8_quant2(v[6], v[7], sc, rcp) << 16};
   const int32_t mine = lane < k ? pos[(h * t + n) * k + lane] : -1;
   for (int j = 0; j < k; ++j) {
     const int64_t p = __shfl_sync(0xffffffffu, mine, j);
