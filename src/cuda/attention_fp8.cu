@@ -1,7 +1,8 @@
 // FP8 attention's operands (attention_flash.h, AttentionParams::fp8): one
 // kernel quantises q, k and v of a call into e4m3 with the scales of
 // kFp8AttnTile's comment (ops/numerics.h), using the shared numerics
-// (fp8_amax_step, fp8_act_scale, fp8_act_quant), so the scales and bytes are
+// (fp8_amax_step, fp8_act_scale; fp8_act_quant's bytes by fp8_quant.cuh's
+// multiplying form), so the scales and bytes are
 // the CPU reference's (cpu/attention_fp8.cpp). Memory-bound: it reads the
 // three bf16 tensors once (0.65 ms a layer at 272p on an H100, 0.42 of copy).
 // Under the DiT (AttnQkvParams::fp8) q comes quantised from attn_qkv and this
@@ -54,9 +55,10 @@ __device__ __forceinline__ float amax4(const float* v) {
   return fp8_amax_step(fp8_amax_step(fp8_amax_step(fp8_amax_step(0.f, v[0]), v[1]), v[2]), v[3]);
 }
 
-__device__ __forceinline__ uint32_t quant4(const float* v, float sc) {
-  return static_cast<uint32_t>(fp8_act_quant(v[0], sc)) | static_cast<uint32_t>(fp8_act_quant(v[1], sc)) << 8 |
-         static_cast<uint32_t>(fp8_act_quant(v[2], sc)) << 16 | static_cast<uint32_t>(fp8_act_quant(v[3], sc)) << 24;
+// fp8_act_quant of the four values with scale sc, rcp = fp8_act_rcp(sc): the
+// multiplying quantiser (fp8_quant.cuh), the division's bytes for every input.
+__device__ __forceinline__ uint32_t quant4(const float* v, float sc, float rcp) {
+  return dev::fp8_quant2(v[0], v[1], sc, rcp) | dev::fp8_quant2(v[2], v[3], sc, rcp) << 16;
 }
 
 // The tile's amax over the rows this warp holds (raw[i] for i < mine), reduced
@@ -115,14 +117,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       const float sc = fp8_act_scale(dev::fp8_warp_amax(amax4(x)));
       const int64_t row = (t.q0 + warp + i * kWarps) * h + head;
       if (lane == 0) f.sq[row] = sc;
-      reinterpret_cast<uint32_t*>(f.q + row * kHD)[lane] = quant4(x, sc);
+      reinterpret_cast<uint32_t*>(f.q + row * kHD)[lane] = quant4(x, sc, fp8_act_rcp(sc));
     }
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i)
     if (kQ && i < mine) rq[i] = load4(v, t.q0 + warp + i * kWarps, h, head, lane);
 
   // K and V: a scale per tile.
-  float sc = fp8_act_scale(tile_amax(rk, mine, red));
+  float sc = fp8_act_scale(tile_amax(rk, mine, red)), rcp = fp8_act_rcp(sc);
   if (threadIdx.x == 0) f.sk[static_cast<int64_t>(tile) * h + head] = sc;
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i)
@@ -130,9 +132,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
       float x[4];
       unpack4(rk[i], x);
       const int64_t row = (t.q0 + warp + i * kWarps) * h + head;
-      reinterpret_cast<uint32_t*>(f.k + row * kHD)[lane] = quant4(x, sc);
+      reinterpret_cast<uint32_t*>(f.k + row * kHD)[lane] = quant4(x, sc, rcp);
     }
   sc = fp8_act_scale(tile_amax(rq, mine, red));
+  rcp = fp8_act_rcp(sc);
   if (threadIdx.x == 0) f.sv[static_cast<int64_t>(tile) * h + head] = sc;
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     if (i < mine) {
       float x[4];
       unpack4(rq[i], x);
-      w = quant4(x, sc);
+      w = quant4(x, sc, rcp);
     }
     *reinterpret_cast<uint32_t*>(vs + (warp + i * kWarps) * kVtStride + 4 * lane) = w;
   }
