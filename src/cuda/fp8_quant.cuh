@@ -54,6 +54,12 @@ __device__ __forceinline__ uint32_t fp8_quant2(float v0, float v1, float scale, 
          static_cast<uint32_t>(fp8_act_quant_rcp(v1, scale, rcp)) << 8;
 }
 
+/// fp8_act_quant of v[0..3] with scale (rcp = fp8_act_rcp(scale)) as four
+/// bytes of one word, v[0] in bits 0-7: two fp8_quant2.
+__device__ __forceinline__ uint32_t fp8_quant4(const float* v, float scale, float rcp) {
+  return fp8_quant2(v[0], v[1], scale, rcp) | fp8_quant2(v[2], v[3], scale, rcp) << 16;
+}
+
 /// A lane's four values of one group -> their four e4m3 bytes (little-endian
 /// in one word) with the group's scale, which lane 0 stores at *scale. All 32
 /// lanes must call it together.
@@ -65,7 +71,7 @@ __device__ __forceinline__ uint32_t fp8_quantize4(const float v[4], float* scale
   for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
   const float s = fp8_act_scale(__uint_as_float(m)), rcp = fp8_act_rcp(s);
   if (lane == 0) *scale = s;
-  return fp8_quant2(v[0], v[1], s, rcp) | fp8_quant2(v[2], v[3], s, rcp) << 16;
+  return fp8_quant4(v, s, rcp);
 }
 
 /// One 1 x 128 group held by a half-warp, 8 values a lane (bf16-exact values
@@ -83,9 +89,7 @@ __device__ __forceinline__ void fp8_quantize8_half(const float* f, uint8_t* dst,
   for (int o = 8; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(mask, m, o, 16));
   const float sc = fp8_act_scale(__uint_as_float(m)), rcp = fp8_act_rcp(sc);
   if (lane == 0) *scale = sc;
-  const uint32_t w0 = fp8_quant2(f[0], f[1], sc, rcp) | fp8_quant2(f[2], f[3], sc, rcp) << 16;
-  const uint32_t w1 = fp8_quant2(f[4], f[5], sc, rcp) | fp8_quant2(f[6], f[7], sc, rcp) << 16;
-  *reinterpret_cast<uint2*>(dst) = make_uint2(w0, w1);
+  *reinterpret_cast<uint2*>(dst) = make_uint2(fp8_quant4(f, sc, rcp), fp8_quant4(f + 4, sc, rcp));
 }
 
 }  // namespace magi2::cuda::dev

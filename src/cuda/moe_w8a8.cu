@@ -60,8 +60,7 @@ __global__ void w8a8_quant_scatter(const uint16_t* __restrict__ r, int64_t ldr, 
   for (int o = 8; o > 0; o >>= 1) m = fp8_amax_step(m, __shfl_xor_sync(0xffffffffu, m, o));  // within 16 lanes
   const float sc = fp8_act_scale(m), rcp = fp8_act_rcp(sc);
   // fp8_act_quant's bytes by the multiplying form (one conversion a pair; fp8_quant.cuh).
-  const uint32_t q[2] = {dev::fp8_quant2(v[0], v[1], sc, rcp) | dev::fp8_quant2(v[2], v[3], sc, rcp) << 16,
-                         dev::fp8_quant2(v[4], v[5], sc, rcp) | dev::fp8_quant2(v[6], v[7], sc, rcp) << 16};
+  const uint32_t q[2] = {dev::fp8_quant4(v, sc, rcp), dev::fp8_quant4(v + 4, sc, rcp)};
   const int32_t mine = lane < k ? pos[(h * t + n) * k + lane] : -1;
   for (int j = 0; j < k; ++j) {
     const int64_t p = __shfl_sync(0xffffffffu, mine, j);
