@@ -66,6 +66,10 @@ void add(const AddParams& p) {
   const DType dt = p.out.dtype();
   MAGI2_CHECK((dt == DType::BF16 || dt == DType::F32) && p.a.dtype() == dt && p.b.dtype() == dt,
               "add: expected all-bf16 or all-f32 operands");
+  if (p.c.defined()) {
+    check_2d(p.c, rows, cols, "add.c");
+    MAGI2_CHECK(dt == DType::BF16 && p.c.dtype() == dt, "add.c: expected all-bf16 operands with a third term");
+  }
   if (dt == DType::F32) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -80,8 +84,12 @@ void add(const AddParams& p) {
   for (int64_t r = 0; r < rows; ++r) {
     const uint16_t* a = reinterpret_cast<const uint16_t*>(row_ptr(p.a, r));
     const uint16_t* b = reinterpret_cast<const uint16_t*>(row_ptr(p.b, r));
+    const uint16_t* c = p.c.defined() ? reinterpret_cast<const uint16_t*>(row_ptr(p.c, r)) : nullptr;
     uint16_t* o = reinterpret_cast<uint16_t*>(row_ptr(p.out, r));
-    for (int64_t i = 0; i < cols; ++i) o[i] = f32_to_bf16_bits(bf16_bits_to_f32(a[i]) + bf16_bits_to_f32(b[i]));
+    for (int64_t i = 0; i < cols; ++i) {
+      const float bc = c ? round_bf16(bf16_bits_to_f32(b[i]) + bf16_bits_to_f32(c[i])) : bf16_bits_to_f32(b[i]);
+      o[i] = f32_to_bf16_bits(bf16_bits_to_f32(a[i]) + bc);
+    }
   }
 }
 

@@ -73,9 +73,10 @@ void mhc_pre(const MhcPreParams& p) {
   const int64_t t = p.state.size(0), vw = p.state.size(1), d = vw / kStreams;
   check_2d(p.state, t, vw, "mhc_pre.state");
   check_2d(p.logits, t, kLogits, "mhc_pre.logits");
-  check_2d(p.a, t, d, "mhc_pre.a");
+  const Tensor& out = mhc_pre_rows(p);  // a, or norm.y (normalised in place below)
+  check_2d(out, t, d, p.a.defined() || !p.norm.y.defined() ? "mhc_pre.a" : "mhc_pre.norm.y");
   if (p.h_pre.defined()) check_2d(p.h_pre, t, kStreams, "mhc_pre.h_pre");
-  MAGI2_CHECK(p.state.dtype() == DType::BF16 && p.logits.dtype() == DType::F32 && p.a.dtype() == DType::BF16 &&
+  MAGI2_CHECK(p.state.dtype() == DType::BF16 && p.logits.dtype() == DType::F32 && out.dtype() == DType::BF16 &&
                   (!p.h_pre.defined() || p.h_pre.dtype() == DType::F32),
               "mhc_pre: expected bf16 state and a, f32 logits and h_pre");
   const float ac = scalar(p.w->alpha_pre, "mhc_alpha_pre") * p.c;
@@ -88,13 +89,14 @@ void mhc_pre(const MhcPreParams& p) {
     if (p.h_pre.defined())
       for (int i = 0; i < kStreams; ++i) reinterpret_cast<float*>(row_ptr(p.h_pre, r))[i] = h[i];
     const uint16_t* s = reinterpret_cast<const uint16_t*>(row_ptr(p.state, r));
-    uint16_t* a = reinterpret_cast<uint16_t*>(row_ptr(p.a, r));
+    uint16_t* a = reinterpret_cast<uint16_t*>(row_ptr(out, r));
     for (int64_t c = 0; c < d; ++c) {
       float acc = 0.f;
       for (int i = 0; i < kStreams; ++i) acc += h[i] * bf16_bits_to_f32(s[i * d + c]);
       a[c] = f32_to_bf16_bits(acc);
     }
   }
+  if (p.norm.y.defined()) rms_norm(mhc_pre_norm(p));
 }
 
 void mhc_post_res(const MhcPostResParams& p) {

@@ -55,6 +55,17 @@ inline int4 cu_of(const Groups& g) {
 }
 /// Checks that the row groups cover `rows` rows in order (at most 3 groups).
 void check_groups(const Groups& g, int64_t rows, const char* what);
+/// Whether t's rows start 16-byte aligned for 16-byte vector access of 2-byte
+/// elements: an aligned base and a row stride that is a multiple of 8.
+inline bool rows_aligned16(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data()) % 16 == 0 && t.row_stride() % 8 == 0;
+}
+/// ceil(n / per) blocks for a launch; throws naming `what` past 2^31 - 1.
+inline unsigned launch_blocks(int64_t n, int64_t per, const char* what) {
+  const int64_t b = (n + per - 1) / per;
+  MAGI2_CHECK(b < (int64_t{1} << 31), what, ": too many rows for one launch (", n, ")");
+  return static_cast<unsigned>(b);
+}
 
 // Op entry points, one family per file; each enqueues on `s` and returns.
 void rms_norm(const RmsNormParams& p, cudaStream_t s);  // elementwise.cu

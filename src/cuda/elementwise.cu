@@ -9,6 +9,7 @@
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/fp8_quant.cuh"
+#include "cuda/row_norm.cuh"
 #include "cuda/linear_fp8.h"
 #include "ops/numerics.h"
 #include "ops/op_checks.h"
@@ -87,21 +88,8 @@ __global__ void gate_kernel(uint16_t* __restrict__ o, const uint16_t* __restrict
 // strides multiples of 8): 8 elements a thread by 16-byte loads and stores,
 // the (row, 8-column) index from one 32-bit division. The same fp32 operations
 // per element as the scalar kernels, so the same bytes.
-__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    f[2 * i] = __uint_as_float(w[i] << 16);
-    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-__device__ __forceinline__ uint4 pack8(const float* f) {
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    w[i] = static_cast<uint32_t>(f32_to_bf16(f[2 * i])) | (static_cast<uint32_t>(f32_to_bf16(f[2 * i + 1])) << 16);
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
+using dev::bf16x8_pack;
+using dev::bf16x8_unpack;
 
 // kQ8 (SwiGLU7Params::z8, half a multiple of 128): a half-warp's 16 threads
 // hold one row's 1 x 128 group (a warp's indices are 32 consecutive ones and a
@@ -123,14 +111,14 @@ __global__ void swiglu7_vec_kernel(const uint16_t* __restrict__ u, int64_t ldu, 
     const uint32_t r = v / half8, c = v - r * half8;
     const uint4* src = reinterpret_cast<const uint4*>(u + r * ldu) + 2 * c;  // 8 (gate, up) pairs
     float a[8], b[8], o[8];
-    unpack8(src[0], a);
-    unpack8(src[1], b);
+    bf16x8_unpack(src[0], a);
+    bf16x8_unpack(src[1], b);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       o[i] = swiglu7_f32(a[2 * i], a[2 * i + 1], sig);
       o[4 + i] = swiglu7_f32(b[2 * i], b[2 * i + 1], sig);
     }
-    reinterpret_cast<uint4*>(z + r * ldz)[c] = pack8(o);
+    reinterpret_cast<uint4*>(z + r * ldz)[c] = bf16x8_pack(o);
     if constexpr (kQ8) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) o[i] = round_bf16(o[i]);
@@ -147,14 +135,6 @@ __global__ void swiglu7_vec_kernel(const uint16_t* __restrict__ u, int64_t ldu, 
 // the same tree 8, 4, 2, 1: the same bytes. The output pass reads the row back
 // from shared memory with 16-byte accesses and writes 8 elements a lane.
 constexpr int kRowWarps = 4;  // rows per block of rms_norm_row_kernel
-
-__device__ __forceinline__ void store8_f32(float* p, const float* f) {
-  reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
-  reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
-}
-__device__ __forceinline__ void store8_f32(uint16_t* p, const float* f) {
-  *reinterpret_cast<uint4*>(p) = pack8(f);
-}
 
 // kQ8 (bf16 y, d a multiple of 128; RmsNormParams::y8): each iteration's 8
 // elements a lane are one 16-lane half of two 1 x 128 groups, so a half-warp
@@ -179,57 +159,47 @@ __global__ void __launch_bounds__(kRowWarps * 32)
   }
   for (; c < n8; c += 32) sx[c] = xv[c];
   __syncwarp();
-  const uint16_t* sh = reinterpret_cast<const uint16_t*>(sx);
-  float acc = 0.f;
-  for (int i = lane & 15; i < d; i += 16) {
-    const float v = bf16_to_f32(sh[i]);
-    acc += v * v;
-  }
-  for (int off = 8; off >= 1; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off, 16);
-  acc = __shfl_sync(0xffffffffu, acc, 0, 16);
-  const float ms = acc * (1.0f / static_cast<float>(d));
-  const float rs = 1.0f / sqrtf(ms + eps);
   const float* wm = w + static_cast<int64_t>(dev::group_of(cu, groups, r)) * d;
-  TO* yv = y + r * ldy;
-  for (c = lane; c < n8; c += 32) {
-    float f[8], g[8];
-    unpack8(sx[c], f);
-    const float4 w0 = reinterpret_cast<const float4*>(wm)[2 * c], w1 = reinterpret_cast<const float4*>(wm)[2 * c + 1];
-    g[0] = w0.x, g[1] = w0.y, g[2] = w0.z, g[3] = w0.w, g[4] = w1.x, g[5] = w1.y, g[6] = w1.z, g[7] = w1.w;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] = (f[i] * rs) * (g[i] + 1.0f);
-    store8_f32(yv + 8 * c, f);
-    if constexpr (kQ8) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) f[i] = round_bf16(f[i]);
-      dev::fp8_quantize8_half(f, y8q + r * d + 8 * c, y8s + r * (d / kFp8ActGroup) + c / 16, lane & 15,
-                              (lane & 16) ? 0xffff0000u : 0x0000ffffu);
-    }
-  }
+  if constexpr (kQ8)
+    dev::rms_norm_row_shared<TO, true>(sx, d, lane, wm, eps, y + r * ldy, y8q + r * d, y8s + r * (d / kFp8ActGroup));
+  else
+    dev::rms_norm_row_shared<TO>(sx, d, lane, wm, eps, y + r * ldy);
 }
 
+// kC (AddParams::c): out = bf16(a + bf16(b + c)).
+template <bool kC = false>
 __global__ void add_vec_kernel(const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, uint16_t* out,
-                               int64_t ldo, uint32_t rows, uint32_t cols8) {
+                               int64_t ldo, uint32_t rows, uint32_t cols8, const uint16_t* c3 = nullptr,
+                               int64_t ldc = 0) {
   const uint32_t n = rows * cols8;
   for (uint32_t v = blockIdx.x * blockDim.x + threadIdx.x; v < n; v += gridDim.x * blockDim.x) {
     const uint32_t r = v / cols8, c = v - r * cols8;
     float x[8], y[8];
-    unpack8(reinterpret_cast<const uint4*>(a + r * lda)[c], x);
-    unpack8(reinterpret_cast<const uint4*>(b + r * ldb)[c], y);
+    bf16x8_unpack(reinterpret_cast<const uint4*>(a + r * lda)[c], x);
+    bf16x8_unpack(reinterpret_cast<const uint4*>(b + r * ldb)[c], y);
+    if constexpr (kC) {
+      float z[8];
+      bf16x8_unpack(reinterpret_cast<const uint4*>(c3 + r * ldc)[c], z);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) y[i] = round_bf16(y[i] + z[i]);
+    }
 #pragma unroll
     for (int i = 0; i < 8; ++i) x[i] = x[i] + y[i];
-    reinterpret_cast<uint4*>(out + r * ldo)[c] = pack8(x);
+    reinterpret_cast<uint4*>(out + r * ldo)[c] = bf16x8_pack(x);
   }
 }
 
+// c3 (nullable; bf16 only): out = a + bf16(b + c3).
 template <typename T>
 __global__ void add_kernel(const T* a, int64_t lda, const T* b, int64_t ldb, T* out, int64_t ldo, int64_t rows,
-                           int64_t cols) {
+                           int64_t cols, const T* c3 = nullptr, int64_t ldc = 0) {
   const int64_t n = rows * cols;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / cols, c = e % cols;
-    store_f32(out + r * ldo + c, load_f32(a + r * lda + c) + load_f32(b + r * ldb + c));
+    float bv = load_f32(b + r * ldb + c);
+    if (c3 != nullptr) bv = round_bf16(bv + load_f32(c3 + r * ldc + c));
+    store_f32(out + r * ldo + c, load_f32(a + r * lda + c) + bv);
   }
 }
 
@@ -387,12 +357,23 @@ void add(const AddParams& p, cudaStream_t s) {
   check_2d(p.out, rows, cols, "add.out");
   const DType dt = p.out.dtype();
   MAGI2_CHECK(is_float(dt) && p.a.dtype() == dt && p.b.dtype() == dt, "add: expected all-bf16 or all-f32 operands");
+  const bool c3 = p.c.defined();
+  if (c3) {
+    check_2d(p.c, rows, cols, "add.c");
+    MAGI2_CHECK(dt == DType::BF16 && p.c.dtype() == dt, "add.c: expected all-bf16 operands with a third term");
+  }
   if (rows * cols == 0) return;
-  if (dt == DType::BF16 && vec_rows(p.a) && vec_rows(p.b) && vec_rows(p.out) && cols % 8 == 0 &&
-      rows * (cols / 8) < (int64_t{1} << 31)) {
-    add_vec_kernel<<<blocks_for(rows * cols / 8), kThreads, 0, s>>>(
-        ptr<uint16_t>(p.a), p.a.row_stride(), ptr<uint16_t>(p.b), p.b.row_stride(), ptr<uint16_t>(p.out),
-        p.out.row_stride(), static_cast<uint32_t>(rows), static_cast<uint32_t>(cols / 8));
+  if (dt == DType::BF16 && vec_rows(p.a) && vec_rows(p.b) && vec_rows(p.out) && (!c3 || vec_rows(p.c)) &&
+      cols % 8 == 0 && rows * (cols / 8) < (int64_t{1} << 31)) {
+    const unsigned grid = blocks_for(rows * cols / 8);
+    const auto r32 = static_cast<uint32_t>(rows), c8 = static_cast<uint32_t>(cols / 8);
+    if (c3)
+      add_vec_kernel<true><<<grid, kThreads, 0, s>>>(ptr<uint16_t>(p.a), p.a.row_stride(), ptr<uint16_t>(p.b),
+                                                     p.b.row_stride(), ptr<uint16_t>(p.out), p.out.row_stride(), r32,
+                                                     c8, ptr<uint16_t>(p.c), p.c.row_stride());
+    else
+      add_vec_kernel<<<grid, kThreads, 0, s>>>(ptr<uint16_t>(p.a), p.a.row_stride(), ptr<uint16_t>(p.b),
+                                               p.b.row_stride(), ptr<uint16_t>(p.out), p.out.row_stride(), r32, c8);
     MAGI2_CUDA_CHECK_LAUNCH("add");
     return;
   }
@@ -401,9 +382,9 @@ void add(const AddParams& p, cudaStream_t s) {
                                                              p.b.row_stride(), ptr<float>(p.out), p.out.row_stride(),
                                                              rows, cols);
   else
-    add_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(ptr<uint16_t>(p.a), p.a.row_stride(), ptr<uint16_t>(p.b),
-                                                             p.b.row_stride(), ptr<uint16_t>(p.out),
-                                                             p.out.row_stride(), rows, cols);
+    add_kernel<<<blocks_for(rows * cols), kThreads, 0, s>>>(
+        ptr<uint16_t>(p.a), p.a.row_stride(), ptr<uint16_t>(p.b), p.b.row_stride(), ptr<uint16_t>(p.out),
+        p.out.row_stride(), rows, cols, c3 ? ptr<uint16_t>(p.c) : nullptr, c3 ? p.c.row_stride() : 0);
   MAGI2_CUDA_CHECK_LAUNCH("add");
 }
 

@@ -108,8 +108,12 @@ bool mhc_logits_gemm(const MhcLogitsParams& p, const FusedPaths& fast, cudaStrea
 void mhc_split72(const float* phi, const float* norm_w, int64_t vw, int groups, uint16_t* out, cudaStream_t s);
 void mhc_logits_from_split72(const float* y72, const float* ss, int64_t vw, float eps, float* logits, int64_t ldl,
                              int64_t t, cudaStream_t s);
-/// mHC branch input of checked params, bit-equal to the reference (mhc_fused.cu):
-/// false unless D is a multiple of 8 and the rows are 16-byte aligned.
+/// mHC branch input of checked params, bit-equal to the reference (mhc_pre.cu),
+/// with p.norm.y defined also the pre-norm (a then kept in shared memory, and
+/// written only where p.a is defined): the bytes of mhc_pre + rms_norm. False,
+/// launching nothing, unless D is a multiple of 8 and the rows are 16-byte
+/// aligned, and with the norm its y bf16 and aligned, its gains 16-byte aligned,
+/// 8 rows of D bf16 values within 48 KB and y8's tensors contiguous.
 bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s);
 /// mHC post + residual of checked params, bit-equal to the reference
 /// (mhc_fused.cu): false unless D is a multiple of 8 and rows are 16-byte aligned.

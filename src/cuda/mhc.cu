@@ -205,21 +205,33 @@ void mhc_pre(const MhcPreParams& p, cudaStream_t s, const FusedPaths* fast) {
   MAGI2_CHECK(vw % kStreams == 0, "mhc_pre.state: ", vw, " columns are not 4 streams");
   check_2d(p.state, t, vw, "mhc_pre.state");
   check_2d(p.logits, t, kLogits, "mhc_pre.logits");
-  check_2d(p.a, t, d, "mhc_pre.a");
+  const Tensor& a = mhc_pre_rows(p);  // a, or norm.y (normalised in place after the pre-mix)
+  check_2d(a, t, d, p.a.defined() || !p.norm.y.defined() ? "mhc_pre.a" : "mhc_pre.norm.y");
   if (p.h_pre.defined()) check_2d(p.h_pre, t, kStreams, "mhc_pre.h_pre");
-  MAGI2_CHECK(p.state.dtype() == DType::BF16 && p.logits.dtype() == DType::F32 && p.a.dtype() == DType::BF16 &&
+  MAGI2_CHECK(p.state.dtype() == DType::BF16 && p.logits.dtype() == DType::F32 && a.dtype() == DType::BF16 &&
                   (!p.h_pre.defined() || p.h_pre.dtype() == DType::F32),
               "mhc_pre: expected bf16 state and a, f32 logits and h_pre");
+  const RmsNormParams& n = p.norm;
+  if (n.y.defined()) {  // rms_norm's checks, before any launch (the fused path does not reach rms_norm)
+    check_2d(n.y, t, d, "mhc_pre.norm.y");
+    check_groups(n.groups, t, "mhc_pre.norm");
+    MAGI2_CHECK(n.heads == 1 && n.y.dtype() == DType::BF16, "mhc_pre.norm: needs a bf16 y and one head a row");
+    MAGI2_CHECK(n.w.defined() && n.w.device() == Device::CUDA && n.w.dtype() == DType::F32 &&
+                    n.w.numel() == d * n.groups.count,
+                "mhc_pre.norm.w: expected ", d * n.groups.count, " f32 values on the device");
+    if (n.y8.defined()) check_fp8_rows(Device::CUDA, n.y8, t, d, "mhc_pre.norm.y8");
+  }
   const float* alpha = dev_f32(p.w->alpha_pre, 1, "mhc_alpha_pre");
   const float* bias = dev_f32(p.w->bias_pre, kStreams, "mhc_bias_pre");
   if (t == 0) return;
   if (fast != nullptr && fast->mhc && mhc_pre_fused(p, s)) return;
   mhc_pre_kernel<<<grid_of(t, "mhc_pre"), kRowThreads, 0, s>>>(
       static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const float*>(p.logits.data()),
-      p.logits.row_stride(), alpha, bias, p.c, static_cast<uint16_t*>(p.a.data()), p.a.row_stride(),
+      p.logits.row_stride(), alpha, bias, p.c, static_cast<uint16_t*>(a.data()), a.row_stride(),
       p.h_pre.defined() ? static_cast<float*>(p.h_pre.data()) : nullptr,
       p.h_pre.defined() ? p.h_pre.row_stride() : 0, d);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_pre");
+  if (n.y.defined()) rms_norm(mhc_pre_norm(p), s);
 }
 
 void mhc_post_res(const MhcPostResParams& p, cudaStream_t s, const FusedPaths* fast) {

@@ -247,47 +247,9 @@ void launch_logits_ring(unsigned grid, cudaStream_t s, const uint16_t* x, int64_
   kernel<<<grid, kLgThreads, shared, s>>>(x, lds, split, out, ldl, vw, cu, groups, eps, t);
 }
 
-// ---- pre and post + residual -------------------------------------------------------
+// ---- post + residual (the pre-mix is in mhc_pre.cu) ---------------------------------
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
-// A warp per token, 8 tokens per block; lane l owns columns 8 l + 256 i.
-constexpr int kVecWarps = 8;
-
-__global__ void __launch_bounds__(kVecWarps * 32)
-    mhc_pre_vec_kernel(const uint16_t* __restrict__ state, int64_t lds, const float* __restrict__ logits, int64_t ldl,
-                       const float* __restrict__ alpha, const float* __restrict__ bias, float c,
-                       uint16_t* __restrict__ a, int64_t lda, float* __restrict__ h_pre, int64_t ldh, int64_t d,
-                       int64_t t) {
-  const int lane = threadIdx.x & 31;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kVecWarps + (threadIdx.x >> 5);
-  if (r >= t) return;  // warp-uniform
-  float hv = 0.f;
-  if (lane < kStreams) {
-    const float ac = alpha[0] * c;
-    hv = round_bf16(sigmoid_f32(ac * logits[r * ldl + lane] + bias[lane]));
-    if (h_pre != nullptr) h_pre[r * ldh + lane] = hv;
-  }
-  float h[kStreams];
-#pragma unroll
-  for (int i = 0; i < kStreams; ++i) h[i] = __shfl_sync(0xffffffffu, hv, i);
-  const uint16_t* s = state + r * lds;
-  uint16_t* ar = a + r * lda;
-  for (int64_t col = 8 * lane; col < d; col += 256) {
-    uint4 x[kStreams];
-#pragma unroll
-    for (int i = 0; i < kStreams; ++i) x[i] = __ldg(reinterpret_cast<const uint4*>(s + i * d + col));
-    uint16_t out[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      float acc = 0.f;
-#pragma unroll
-      for (int i = 0; i < kStreams; ++i) acc += h[i] * bf16_at(x[i], j);
-      out[j] = f32_to_bf16(acc);
-    }
-    *reinterpret_cast<uint4*>(ar + col) = pack8(out);
-  }
-}
+constexpr int kVecWarps = 8;  // warps a block
 
 // 32 tokens per block: warp 0 forms H_post and runs Sinkhorn (a lane per
 // token, the reference's operations and orders), then every warp updates the
@@ -618,25 +580,17 @@ __global__ void mhc_logits_from_split72_kernel(const float* __restrict__ y72, co
   logits[r * ldl + n] = l * rs;
 }
 
-unsigned blocks(int64_t n, int64_t per, const char* what) {
-  const int64_t b = (n + per - 1) / per;
-  MAGI2_CHECK(b < (int64_t{1} << 31), what, ": too many rows for one launch (", n, ")");
-  return static_cast<unsigned>(b);
-}
-
-bool rows_aligned(const Tensor& x) { return aligned16(x.data()) && x.row_stride() % 8 == 0; }
-
 }  // namespace
 
 bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s) {
   const int64_t t = p.state.size(0), vw = p.state.size(1);
-  if (vw % kChunkK != 0 || !rows_aligned(p.state)) return false;
+  if (vw % kChunkK != 0 || !rows_aligned16(p.state)) return false;
   if (t == 0) return true;
   const int groups = p.groups.count;
   const int64_t units = groups * (vw / kChunkK) * kLogitTiles * 32;
   auto* split = static_cast<uint4*>(scratch.get(static_cast<size_t>(units) * kSplits * sizeof(uint4), s,
                                                 "mhc_logits (fused)"));
-  mhc_phi_split_kernel<<<blocks(units, 256, "mhc_logits (fused)"), 256, 0, s>>>(
+  mhc_phi_split_kernel<<<launch_blocks(units, 256, "mhc_logits (fused)"), 256, 0, s>>>(
       static_cast<const float*>(p.phi.data()), static_cast<const float*>(p.norm_w.data()), vw, groups, split);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits phi split");
   const auto* x = static_cast<const uint16_t*>(p.state.data());
@@ -646,31 +600,17 @@ bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStrea
   // 0.40 ms at 272p against 0.58 ms for 16-byte loads straight into registers,
   // 0.42 ms for 6 slots and one block an SM, and 0.48 ms for 128-token blocks
   // of 24 warps sharing each weight unit (all three removed).
-  launch_logits_ring<3, 2>(blocks(t, kLgTokens, "mhc_logits (fused)"), s, x, p.state.row_stride(), split, out,
+  launch_logits_ring<3, 2>(launch_blocks(t, kLgTokens, "mhc_logits (fused)"), s, x, p.state.row_stride(), split, out,
                            p.logits.row_stride(), vw, cu_of(p.groups), groups, p.eps, t);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits (fused)");
   return true;
 }
 
-bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s) {
-  const int64_t t = p.state.size(0), d = p.state.size(1) / kStreams;
-  if (d % 8 != 0 || !rows_aligned(p.state) || !rows_aligned(p.a)) return false;
-  if (t == 0) return true;
-  mhc_pre_vec_kernel<<<blocks(t, kVecWarps, "mhc_pre (fused)"), kVecWarps * 32, 0, s>>>(
-      static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const float*>(p.logits.data()),
-      p.logits.row_stride(), static_cast<const float*>(p.w->alpha_pre.data()),
-      static_cast<const float*>(p.w->bias_pre.data()), p.c, static_cast<uint16_t*>(p.a.data()), p.a.row_stride(),
-      p.h_pre.defined() ? static_cast<float*>(p.h_pre.data()) : nullptr, p.h_pre.defined() ? p.h_pre.row_stride() : 0,
-      d, t);
-  MAGI2_CUDA_CHECK_LAUNCH("mhc_pre (fused)");
-  return true;
-}
-
 bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s, MhcPostKernel kernel) {
   const int64_t t = p.state.size(0), d = p.state.size(1) / kStreams;
-  if (d % 8 != 0 || !rows_aligned(p.state) || !rows_aligned(p.o)) return false;
+  if (d % 8 != 0 || !rows_aligned16(p.state) || !rows_aligned16(p.o)) return false;
   if (t == 0) return true;
-  const unsigned grid = blocks(t, kPostTokens, "mhc_post_res (fused)");
+  const unsigned grid = launch_blocks(t, kPostTokens, "mhc_post_res (fused)");
   auto* state = static_cast<uint16_t*>(p.state.data());
   const auto* o = static_cast<const uint16_t*>(p.o.data());
   const auto* logits = static_cast<const float*>(p.logits.data());
@@ -705,7 +645,7 @@ bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s, MhcPostKernel
 void mhc_split72(const float* phi, const float* norm_w, int64_t vw, int groups, uint16_t* out, cudaStream_t s) {
   const int64_t n = groups * vw;
   if (n == 0) return;
-  mhc_split72_kernel<<<blocks(n, 256, "mhc_logits (GEMM) split"), 256, 0, s>>>(phi, norm_w, vw, groups, out);
+  mhc_split72_kernel<<<launch_blocks(n, 256, "mhc_logits (GEMM) split"), 256, 0, s>>>(phi, norm_w, vw, groups, out);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits (GEMM) split");
 }
 
@@ -713,7 +653,7 @@ void mhc_logits_from_split72(const float* y72, const float* ss, int64_t vw, floa
                              int64_t t, cudaStream_t s) {
   const int64_t n = t * kLogits;
   if (n == 0) return;
-  mhc_logits_from_split72_kernel<<<blocks(n, 256, "mhc_logits (GEMM) finish"), 256, 0, s>>>(y72, ss, vw, eps, logits,
+  mhc_logits_from_split72_kernel<<<launch_blocks(n, 256, "mhc_logits (GEMM) finish"), 256, 0, s>>>(y72, ss, vw, eps, logits,
                                                                                            ldl, t);
   MAGI2_CUDA_CHECK_LAUNCH("mhc_logits (GEMM) finish");
 }

@@ -271,9 +271,12 @@ struct GateParams {
 
 /// out = bf16(a + b), all [R, C] bf16, or out = a + b in fp32 with all three
 /// f32 (Wan2.2 encoder, text encoder fp32 reference mode; row-strided ok; out
-/// may alias a or b).
+/// may alias a or b). Optional c (bf16 only, [R, C]): out = bf16(a + bf16(b +
+/// c)), the bytes of add(b, c) then add(a, that) in one pass (the MoE's shared
+/// + modality-shared experts' sum added to the merged routed output).
 struct AddParams {
   Tensor a, b, out;
+  Tensor c;  ///< optional
 };
 
 /// Per-branch mHC scalars (spec §9.1): alpha_{pre,post,res} [1] f32,
@@ -303,6 +306,13 @@ struct MhcLogitsParams {
 /// mHC branch input (spec §9.3): H_pre = bf16(sigmoid((alpha_pre*c)*L_pre + b_pre)),
 /// a = bf16(sum_i H_pre[i] * stream_i). state [T, 4*D] bf16, logits [T, 24] f32,
 /// a [T, D] bf16, h_pre (optional out) [T, 4] f32 holding bf16 values.
+///
+/// norm (optional, when norm.y is defined): the branch's pre-norm (spec §6
+/// step 1, §7, §8.1) on a's rows as well, norm.x ignored: the bytes of
+/// rms_norm(mhc_pre_norm(p)) after the pre-mix, so a backend may keep a in
+/// on-chip memory (the CUDA backend's fast path: one pass instead of a
+/// written and read back). With it `a` may be left undefined: the pre-mix then
+/// goes through norm.y (normalised in place) and a is not kept.
 struct MhcPreParams {
   Tensor state;
   Tensor logits;
@@ -310,7 +320,18 @@ struct MhcPreParams {
   Tensor a;
   Tensor h_pre;  ///< optional
   float c = 0.f;  ///< 1/sqrt(4*D) as fp32
+  RmsNormParams norm;  ///< optional: bf16 y [T, D] (and y8), w [G*D] f32, groups, heads 1
 };
+
+/// The rows mhc_pre's pre-mix writes: a, or norm.y when a is omitted.
+inline const Tensor& mhc_pre_rows(const MhcPreParams& p) { return p.a.defined() ? p.a : p.norm.y; }
+
+/// The pre-norm that mhc_pre with norm.y defined runs: p.norm reading mhc_pre_rows(p).
+inline RmsNormParams mhc_pre_norm(const MhcPreParams& p) {
+  RmsNormParams n = p.norm;
+  n.x = mhc_pre_rows(p);
+  return n;
+}
 
 /// mHC H_post, Sinkhorn H_res and hyper-connection (spec §9.4-9.6), in place on
 /// state: S'_i = bf16(bf16(sum_j H_res[i][j] S_j) + bf16(H_post[i] * o)).

@@ -433,6 +433,22 @@ std::vector<OpEntry> mhc_entries(int64_t t, int64_t d, int groups, bool fused) {
                    f ? cuda::mhc_pre(p, stream_of(be), &f->paths) : be.mhc_pre(p);
                  });
                }});
+  // With the branch's pre-norm and its FP8 rows (MhcPreParams::norm, how the DiT runs it): the branch input
+  // stays on chip (a omitted), y, the e4m3 rows and their scales bit-exact with mhc_pre + rms_norm.
+  if (d % kFp8ActGroup == 0)
+    e.push_back({"mhc_pre", s + " + pre-norm (3 groups), FP8 rows", exact(), 0, [=](Backend& be, uint64_t seed) {
+                   CaseBuilder b(be, seed);
+                   const MhcInputs m = mhc_inputs(b, t, d, false);
+                   Tensor nw = b.in(b.uniform({3 * d}, kF32, -0.17f, 0.17f));
+                   const Fp8Rows y8{b.out({t, d}, DType::F8E4M3), b.out({t, d / kFp8ActGroup}, kF32)};
+                   const MhcPreParams p{.state = m.state, .logits = m.logits, .w = m.w.get(),
+                                        .h_pre = b.out({t, 4}, kF32), .c = m.c,
+                                        .norm = {.w = nw, .y = b.out({t, d}, kBf16),
+                                                 .groups = three_groups(t / 2, t * 3 / 4, t), .y8 = y8}};
+                   return b.done([&be, p, w = m.w, f = fast_paths(be, fused)] {
+                     f ? cuda::mhc_pre(p, stream_of(be), &f->paths) : be.mhc_pre(p);
+                   });
+                 }});
   e.push_back({"mhc_post_res", s + ", state in place", exact(), 0, [=](Backend& be, uint64_t seed) {
                  CaseBuilder b(be, seed);
                  const MhcInputs m = mhc_inputs(b, t, d, true);
@@ -689,6 +705,15 @@ std::vector<OpEntry> backend_op_table() {
                    return b.done([&be, p] { be.add(p); });
                  }});
   }
+  // With a third term (AddParams::c; the MoE's last op): out = bf16(a + bf16(b + c)), c a column slice.
+  t.push_back({"add", dims({2048, 3072}) + " bf16 + c (3 terms)", exact(), 0, [](Backend& be, uint64_t seed) {
+                 CaseBuilder b(be, seed);
+                 Tensor c = b.in(b.uniform({2048, 3080}, kBf16, -2.f, 2.f));
+                 const AddParams p{.a = b.in(b.uniform({2048, 3072}, kBf16, -7.f, 7.f)),
+                                   .b = b.in(b.uniform({2048, 3072}, kBf16, -1.7f, 1.7f)),
+                                   .out = b.out({2048, 3072}, kBf16), .c = c.slice_cols(8, 3080)};
+                 return b.done([&be, p] { be.add(p); });
+               }});
 
   t.push_back({"copy_cols", "2048x128 f32 into columns [256, 384) of 2048x9216", exact(), 0,
                [](Backend& be, uint64_t s) {

@@ -33,6 +33,7 @@
 #include "cuda/fused_kernels.h"
 #include "cuda/mhc_moe.h"
 #include "cuda_fixture.h"
+#include "ops/numerics.h"
 #include "ops/ops.h"
 
 namespace magi2 {
@@ -217,6 +218,56 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
 }
 
 // ---- router ---------------------------------------------------------------------
+
+// mhc_pre with the branch's pre-norm (MhcPreParams::norm) against the CPU's mhc_pre + rms_norm: with and
+// without the branch input kept, with and without FP8 rows, one and three groups; D = 4096 takes the
+// unfused path on the GPU (8 rows exceed 48 KB of shared memory); D = 200 ends in a partial column step.
+TEST_F(CudaFusedTest, MhcPreWithPreNormIsPreThenNormBitForBit) {
+  const cuda::FusedPaths fast{.mhc = true, .scratch = scratch_.get()};
+  for (const MhcCase mc : {MhcCase{300, 3072, 3}, MhcCase{77, 256, 1}, MhcCase{40, 4096, 3}, MhcCase{33, 200, 1}}) {
+    const int64_t t = mc.t, d = mc.d, vw = 4 * d;
+    Groups g = Groups::single(t);
+    if (mc.groups == 3) g.cu = {0, t / 3, t * 2 / 3, t}, g.count = 3;
+    const bool rows8 = d % kFp8ActGroup == 0;
+    std::printf("[D=%lld T=%lld groups=%d%s]\n", static_cast<long long>(d), static_cast<long long>(t), mc.groups,
+                rows8 ? ", FP8 rows" : "");
+    const float c = 1.0f / std::sqrt(static_cast<float>(vw));
+    const Tensor state = random({t, vw}, DType::BF16, 1.5f), logits = random({t, 24}, DType::F32, 2.f);
+    const Tensor nw = random({mc.groups * d}, DType::F32, 0.2f);
+    MhcBranchWeights wc{.alpha_pre = values({1}, {0.8f}), .bias_pre = random({4}, DType::F32, 0.5f)};
+    MhcBranchWeights wg{.alpha_pre = up(wc.alpha_pre), .bias_pre = up(wc.bias_pre)};
+    // The reference: the two ops on the CPU.
+    Tensor ac = Tensor::empty({t, d}, DType::BF16), yc = Tensor::empty({t, d}, DType::BF16);
+    Fp8Rows yc8;
+    if (rows8) yc8 = {Tensor::empty({t, d}, DType::F8E4M3), Tensor::empty({t, d / kFp8ActGroup}, DType::F32)};
+    cpu_->mhc_pre({.state = state, .logits = logits, .w = &wc, .a = ac, .c = c});
+    cpu_->rms_norm({.x = ac, .w = nw, .y = yc, .groups = g, .y8 = yc8});
+    // The CPU's own fused form gives the same bytes.
+    {
+      Tensor y1 = Tensor::empty({t, d}, DType::BF16);
+      cpu_->mhc_pre({.state = state, .logits = logits, .w = &wc, .c = c, .norm = {.w = nw, .y = y1, .groups = g}});
+      EXPECT_EQ(count_diff(y1, yc, "  cpu fused y"), 0);
+    }
+    const Tensor state_g = up(state), logits_g = up(logits), nw_g = up(nw);
+    for (const bool keep_a : {false, true})
+      for (const bool use_fast : {true, false}) {
+        Tensor ag = keep_a ? poisoned({t, d}, DType::BF16) : Tensor(), yg = poisoned({t, d}, DType::BF16);
+        Fp8Rows yg8;
+        if (rows8) yg8 = {poisoned({t, d}, DType::F8E4M3), poisoned({t, d / kFp8ActGroup}, DType::F32)};
+        cuda::mhc_pre({.state = state_g, .logits = logits_g, .w = &wg, .a = ag, .c = c,
+                       .norm = {.w = nw_g, .y = yg, .groups = g, .y8 = yg8}},
+                      stream(), use_fast ? &fast : nullptr);
+        const char* how = use_fast ? (keep_a ? "  fast, a kept" : "  fast") : (keep_a ? "  plain, a kept" : "  plain");
+        std::printf("%s\n", how);
+        if (keep_a) EXPECT_EQ(count_diff(down(ag), ac, "    a"), 0);
+        EXPECT_EQ(count_diff(down(yg), yc, "    y"), 0);
+        if (rows8) {
+          EXPECT_EQ(count_diff(down(yg8.q), yc8.q, "    y8 e4m3"), 0);
+          EXPECT_EQ(count_diff(down(yg8.scale), yc8.scale, "    y8 scales"), 0);
+        }
+      }
+  }
+}
 
 TEST_F(CudaFusedTest, RouterSelectsAsTheReferenceWhereTheMarginIsClear) {
   for (const RouteCase rc : {RouteCase{1000, 256, 12, 256, 6}, RouteCase{77, 64, 4, 64, 4}}) {

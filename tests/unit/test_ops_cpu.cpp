@@ -237,6 +237,24 @@ TEST(OpsCpu, AddStridedAndAliased) {
   EXPECT_TRUE(throws_with([&] { be->add({.a = a, .b = bb, .out = outs[0].slice_cols(1, 1 + C)}); }, {"add.b"}));
 }
 
+// add with a third term (AddParams::c): the bytes of add(b, c) then add(a, that), strided; c needs bf16.
+TEST(OpsCpu, AddThreeTermsIsTwoAdds) {
+  Rng g(18);
+  const int64_t R = 6, C = 20;
+  Tensor ab = rand_t({R, C + 2}, DType::BF16, g, -4, 4), b = rand_t({R, C}, DType::BF16, g, -4, 4);
+  Tensor cb = rand_t({R, C + 1}, DType::BF16, g, -0.01, 0.01);
+  const Tensor a = ab.slice_cols(2, 2 + C), c = cb.slice_cols(1, 1 + C);
+  auto be = make_cpu_backend(2);
+  Tensor bc = Tensor::zeros({R, C}, DType::BF16), two = Tensor::zeros({R, C}, DType::BF16);
+  be->add({.a = b, .b = c, .out = bc});
+  be->add({.a = a, .b = bc, .out = two});
+  Tensor one = Tensor::zeros({R, C}, DType::BF16);
+  be->add({.a = a, .b = b, .out = one, .c = c});
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.nbytes()), 0);
+  const Tensor f = Tensor::zeros({R, C}, DType::F32);
+  EXPECT_TRUE(throws_with([&] { be->add({.a = f, .b = f, .out = f, .c = f}); }, {"add.c", "bf16"}));
+}
+
 TEST(OpsCpu, CopyCols) {
   Rng g(17);
   Tensor sb = rand_t({4, 6}, DType::F32, g, -9, 9), src = sb.slice_cols(1, 4);

@@ -27,6 +27,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/numerics.h"
 #include "ops/ops.h"
 #include "unit/ops_reference.h"
 
@@ -133,6 +134,39 @@ TEST(OpsCpuMhc, PreRoundsHToBf16) {
     be->mhc_pre({.state = Tensor::zeros({T, VW}, DType::F32), .logits = logits, .w = &w, .a = a, .h_pre = {},
                  .c = c});
   }, {"mhc_pre", "state"}));
+}
+
+// mhc_pre with the branch's pre-norm (MhcPreParams::norm): the bytes of mhc_pre then rms_norm, with a kept
+// or omitted; without a or norm.y it names the missing rows.
+TEST(OpsCpuMhc, PreWithPreNormIsPreThenNorm) {
+  Rng g(33);
+  const int64_t T = 9, D = 256, VW = 4 * D;
+  const float c = static_cast<float>(1.0 / std::sqrt(double(VW)));
+  const Tensor state = rand_t({T, VW}, DType::BF16, g, -3, 3), logits = rand_t({T, 24}, DType::F32, g, -30, 30);
+  const Tensor nw = rand_t({3 * D}, DType::F32, g, -0.2, 0.2);
+  Groups grp = Groups::single(T);
+  grp.cu = {0, 3, 7, T}, grp.count = 3;
+  const MhcBranchWeights w = make_branch(g);
+  auto be = make_cpu_backend(2);
+  const auto rows8 = [&] {
+    return Fp8Rows{Tensor::zeros({T, D}, DType::F8E4M3), Tensor::zeros({T, D / kFp8ActGroup}, DType::F32)};
+  };
+  Tensor a = Tensor::zeros({T, D}, DType::BF16), y = Tensor::zeros({T, D}, DType::BF16);
+  const Fp8Rows y8 = rows8();
+  be->mhc_pre({.state = state, .logits = logits, .w = &w, .a = a, .c = c});
+  be->rms_norm({.x = a, .w = nw, .y = y, .groups = grp, .y8 = y8});
+  for (const bool keep_a : {true, false}) {
+    Tensor a2 = keep_a ? Tensor::zeros({T, D}, DType::BF16) : Tensor(), y2 = Tensor::zeros({T, D}, DType::BF16);
+    const Fp8Rows y28 = rows8();
+    be->mhc_pre({.state = state, .logits = logits, .w = &w, .a = a2, .c = c,
+                 .norm = {.w = nw, .y = y2, .groups = grp, .y8 = y28}});
+    if (keep_a) EXPECT_EQ(std::memcmp(a2.data(), a.data(), a.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(y2.data(), y.data(), y.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(y28.q.data(), y8.q.data(), y8.q.nbytes()), 0);
+    EXPECT_EQ(std::memcmp(y28.scale.data(), y8.scale.data(), y8.scale.nbytes()), 0);
+  }
+  EXPECT_TRUE(throws_with([&] { be->mhc_pre({.state = state, .logits = logits, .w = &w, .c = c}); },
+                          {"mhc_pre.a", "missing"}));
 }
 
 void sinkhorn_ref(double m[4][4], int iters, double eps) {

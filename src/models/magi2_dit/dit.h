@@ -77,9 +77,11 @@ class Dit {
  private:
   void validate(const DitInputs& in) const;
   void layer(int l, const DitRunOptions& opt);
-  void attention(int l, const Tensor& a, const Tensor& out);
-  void dense_mlp(int l, const Tensor& a, const Tensor& out);
-  void moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& opt);
+  // The branch bodies of layer l: each reads the branch input's pre-norm from
+  // the workspace's xn (and xn8), which mhc_pre wrote, and writes out [N, D].
+  void attention(int l, const Tensor& out);
+  void dense_mlp(int l, const Tensor& out);
+  void moe(int l, const Tensor& out, const DitRunOptions& opt);
   /// Host copy of a permuted-order [N, ...] tensor, back in original order.
   Tensor unpermute(const Tensor& t) const;
   void dump(const DitRunOptions& opt, const std::string& name, const Tensor& permuted) const;

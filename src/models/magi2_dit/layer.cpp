@@ -33,11 +33,17 @@ void Dit::layer(int l, const DitRunOptions& opt) {
   // branch input from H_pre, then H_post/H_res fold the branch output back in.
   // The post + residual also leaves the new state rows' sums of squares for
   // the next branch's logits (a backend may use them instead of a second read).
-  auto branch = [&](const std::string& name, const Tensor& phi, const MhcBranchWeights& mw, auto&& body) {
+  // The branch's pre-norm (norm_w over groups ng; with FP8 linears also xn's
+  // FP8 rows, which the FP8 linears reading xn take instead of quantising xn
+  // again) runs inside mhc_pre: the body starts from ws.xn, and the branch
+  // input itself is kept only for a dump.
+  auto branch = [&](const std::string& name, const Tensor& phi, const MhcBranchWeights& mw, const Tensor& norm_w,
+                    const Groups& ng, auto&& body) {
     be_.mark("mhc");
     be_.mhc_logits({.state = ws.state, .norm_w = L.mhc_norm, .phi = phi, .logits = ws.logits, .groups = gm,
                     .ss = ws.ss_fresh ? ws.ss : Tensor()});
-    be_.mhc_pre({.state = ws.state, .logits = ws.logits, .w = &mw, .a = ws.branch_in, .h_pre = ws.h_pre, .c = c});
+    be_.mhc_pre({.state = ws.state, .logits = ws.logits, .w = &mw, .a = want ? ws.branch_in : Tensor(),
+                 .h_pre = ws.h_pre, .c = c, .norm = {.w = norm_w, .y = ws.xn, .groups = ng, .y8 = ws.xn8}});
     if (want) dump(opt, p + name + "_in", ws.branch_in);
     body();
     if (want) dump(opt, p + name + "_out", ws.branch_out);
@@ -50,26 +56,23 @@ void Dit::layer(int l, const DitRunOptions& opt) {
       dump(opt, p + "h_res_" + name, ws.h_res);
     }
   };
-  branch("attn", L.phi_attn, L.mhc_attn, [&] { attention(l, ws.branch_in, ws.branch_out); });
-  branch("mlp", L.phi_mlp, L.mhc_mlp, [&] {
+  branch("attn", L.phi_attn, L.mhc_attn, L.attn_pre_norm, gm, [&] { attention(l, ws.branch_out); });
+  branch("mlp", L.phi_mlp, L.mhc_mlp, L.mlp_pre_norm, ws.groups3, [&] {
     if (L.moe)
-      moe(l, ws.branch_in, ws.branch_out, opt);
+      moe(l, ws.branch_out, opt);
     else
-      dense_mlp(l, ws.branch_in, ws.branch_out);
+      dense_mlp(l, ws.branch_out);
   });
   if (want) dump(opt, p + "out", ws.state);
 }
 
-void Dit::attention(int l, const Tensor& a, const Tensor& out) {
+void Dit::attention(int l, const Tensor& out) {
   DitWorkspace& ws = *ws_;
   const DitLayerWeights& L = w_.layers[l];
   const Groups& g = L.mm ? ws.groups3 : ws.groups1;
   const int64_t n = ws.n, d = arch_.hidden_size, hd = arch_.head_dim;
 
   be_.mark("attn.proj");
-  // With FP8 linears the norm also writes xn's FP8 rows (ws.xn8), which the FP8 linears reading xn take
-  // instead of quantising xn again.
-  be_.rms_norm({.x = a, .w = L.attn_pre_norm, .y = ws.xn, .groups = g, .y8 = ws.xn8});
   be_.linear({.x = ws.xn, .w = L.linear_g, .y = ws.g, .groups = g});
   be_.linear({.x = ws.xn, .w = L.linear_qkv, .y = ws.qkv, .groups = g, .w_scale = L.linear_qkv_scale,
               .x8 = ws.xn8});
@@ -98,18 +101,17 @@ void Dit::attention(int l, const Tensor& a, const Tensor& out) {
               .x8 = ws.xn8});
 }
 
-void Dit::dense_mlp(int l, const Tensor& a, const Tensor& out) {
+void Dit::dense_mlp(int l, const Tensor& out) {
   DitWorkspace& ws = *ws_;
   const DitLayerWeights& L = w_.layers[l];
   be_.mark("dense_mlp");
-  be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3, .y8 = ws.xn8});
   be_.linear({.x = ws.xn, .w = L.up_gate_proj, .y = ws.u, .groups = ws.groups3, .w_scale = L.up_gate_proj_scale,
               .x8 = ws.xn8});
   be_.swiglu7({.u = ws.u, .z = ws.z});
   be_.linear({.x = ws.z, .w = L.down_proj, .y = out, .groups = ws.groups3, .w_scale = L.down_proj_scale});
 }
 
-void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& opt) {
+void Dit::moe(int l, const Tensor& out, const DitRunOptions& opt) {
   DitWorkspace& ws = *ws_;
   const DitLayerWeights& L = w_.layers[l];
   const int64_t n = ws.n;
@@ -119,7 +121,6 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
   const std::string p = str_cat("l", l, "_");
 
   be_.mark("moe.split_merge");
-  be_.rms_norm({.x = a, .w = L.mlp_pre_norm, .y = ws.xn, .groups = ws.groups3, .y8 = ws.xn8});
   be_.linear({.x = ws.xn, .w = L.split_linear, .y = ws.r, .groups = ws.groups1, .w_scale = L.split_linear_scale,
               .x8 = ws.xn8});
   if (opt.dump) dump(opt, p + "moe_x_heads", ws.r);
@@ -138,7 +139,7 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
               .w_scale = L.shared_fc2_scale, .x8 = fp8_cols(ws.sz8, 0, ish)});
   be_.linear({.x = ws.sz.slice_cols(ish, ish + im), .w = L.msh_fc2, .y = ws.m2, .groups = ws.groups3,
               .w_scale = L.msh_fc2_scale, .x8 = fp8_cols(ws.sz8, ish, ish + im)});
-  be_.add({.a = ws.s2, .b = ws.m2, .out = ws.s2});
+  // s2 + m2 is added to the merged output in the MoE's last op (one pass for both sums).
 
   Tensor forced;
   if (l < static_cast<int>(opt.forced_topk.size()) && opt.forced_topk[l].defined()) {
@@ -177,7 +178,8 @@ void Dit::moe(int l, const Tensor& a, const Tensor& out, const DitRunOptions& op
   be_.linear({.x = ws.routed, .w = L.merge_linear, .y = ws.merged, .groups = ws.groups1,
               .w_scale = L.merge_linear_scale, .x8 = ws.xn8});
 
-  be_.add({.a = ws.merged, .b = ws.s2, .out = out});
+  // out = bf16(merged + bf16(s2 + m2)): the shared experts' sum, then the routed part (spec §8).
+  be_.add({.a = ws.merged, .b = ws.s2, .out = out, .c = ws.m2});
 }
 
 }  // namespace magi2
