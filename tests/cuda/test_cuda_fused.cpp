@@ -259,7 +259,9 @@ TEST_F(CudaFusedTest, MhcPreWithPreNormIsPreThenNormBitForBit) {
                       stream(), use_fast ? &fast : nullptr);
         const char* how = use_fast ? (keep_a ? "  fast, a kept" : "  fast") : (keep_a ? "  plain, a kept" : "  plain");
         std::printf("%s\n", how);
-        if (keep_a) EXPECT_EQ(count_diff(down(ag), ac, "    a"), 0);
+        if (keep_a) {
+          EXPECT_EQ(count_diff(down(ag), ac, "    a"), 0);
+        }
         EXPECT_EQ(count_diff(down(yg), yc, "    y"), 0);
         if (rows8) {
           EXPECT_EQ(count_diff(down(yg8.q), yc8.q, "    y8 e4m3"), 0);
