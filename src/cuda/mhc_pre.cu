@@ -14,7 +14,6 @@
 
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
-#include "cuda/env_choice.h"
 #include "cuda/fused_kernels.h"
 #include "cuda/mma_split.cuh"
 #include "cuda/row_norm.cuh"
@@ -47,8 +46,7 @@ struct PreNorm {
 // a (nullable with kNorm): the branch input [t, d] bf16, row stride lda.
 // kNorm: the d bf16 values of each token also go to the warp's row of shared
 // memory (d * 2 bytes a warp), from which the warp runs the pre-norm.
-// kUnroll: column steps unrolled (more 16-byte loads in flight a lane; a measurement knob, below).
-template <bool kNorm, bool kQ8, int kUnroll>
+template <bool kNorm, bool kQ8>
 __global__ void __launch_bounds__(kVecWarps * 32)
     mhc_pre_vec_kernel(const uint16_t* __restrict__ state, int64_t lds, const float* __restrict__ logits, int64_t ldl,
                        const float* __restrict__ alpha, const float* __restrict__ bias, float c,
@@ -69,7 +67,6 @@ __global__ void __launch_bounds__(kVecWarps * 32)
   for (int i = 0; i < kStreams; ++i) h[i] = __shfl_sync(0xffffffffu, hv, i);
   const uint16_t* s = state + r * lds;
   uint4* sx = rows + static_cast<int64_t>(warp) * (d / 8);
-#pragma unroll kUnroll
   for (int64_t col = 8 * lane; col < d; col += 256) {
     uint4 x[kStreams];
 #pragma unroll
@@ -101,10 +98,7 @@ __global__ void __launch_bounds__(kVecWarps * 32)
 template <bool kNorm, bool kQ8>
 void launch_pre(const MhcPreParams& p, int64_t t, int64_t d, size_t shared, const PreNorm& nm, cudaStream_t s) {
   const Tensor& a = p.a;
-  // MAGI2_MHC_PRE_UNROLL=4: four column steps unrolled (a measurement knob; unset: 1).
-  static const bool unroll4 = env_choice("MAGI2_MHC_PRE_UNROLL", {"1", "4"}) == 1;
-  const auto kernel = unroll4 ? mhc_pre_vec_kernel<kNorm, kQ8, 4> : mhc_pre_vec_kernel<kNorm, kQ8, 1>;
-  kernel<<<launch_blocks(t, kVecWarps, "mhc_pre (fused)"), kVecWarps * 32, shared, s>>>(
+  mhc_pre_vec_kernel<kNorm, kQ8><<<launch_blocks(t, kVecWarps, "mhc_pre (fused)"), kVecWarps * 32, shared, s>>>(
       static_cast<const uint16_t*>(p.state.data()), p.state.row_stride(), static_cast<const float*>(p.logits.data()),
       p.logits.row_stride(), static_cast<const float*>(p.w->alpha_pre.data()),
       static_cast<const float*>(p.w->bias_pre.data()), p.c, a.defined() ? static_cast<uint16_t*>(a.data()) : nullptr,
