@@ -38,11 +38,7 @@ class CpuBackend final : public Backend {
   void gather_rows(const GatherRowsParams& p) override { cpu::gather_rows(p); }
   void rope_table(const RopeTableParams& p) override { cpu::rope_table(p); }
   void rope(const RopeParams& p) override { cpu::rope(p); }
-  void attention(const AttentionParams& p) override {
-    check_then_out(p);
-    cpu::attention(p);
-    if (p.then_out) cpu::attn_out(*p.then_out);
-  }
+  void attention(const AttentionParams& p) override { cpu::attention(p); }
   void attn_qkv(const AttnQkvParams& p) override { cpu::attn_qkv(p); }
   void block_sparse_attention(const BlockSparseAttentionParams& p) override { cpu::block_sparse_attention(p); }
   void attn_out(const AttnOutParams& p) override { cpu::attn_out(p); }

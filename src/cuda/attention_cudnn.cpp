@@ -36,26 +36,17 @@ namespace magi2::cuda {
 namespace {
 // The own kernels' share of `attention` (with or without cuDNN in the build):
 // true when attention_flash ran p, in FP8 (p.fp8, whatever `kernel`) or in
-// bf16 (kAuto, for calls with the lse at head dim 128). out_done: the FP8
-// kernel also ran p.then_out in its epilogue.
-bool attention_own(const AttentionParams& p, const AttentionShape& a, cudaStream_t s, AttentionKernel kernel,
-                   bool& out_done) {
+// bf16 (kAuto, for calls with the lse at head dim 128).
+bool attention_own(const AttentionParams& p, const AttentionShape& a, cudaStream_t s, AttentionKernel kernel) {
   if (p.fp8) {
-    out_done = attention_fp8(p, a, s);  // throws for a call without the lse or another head dim
+    attention_fp8(p, a, s);  // throws for a call without the lse or another head dim
     return true;
   }
   if (!p.lse.defined() || !attention_flash_supported(a.hd) || kernel != AttentionKernel::kAuto) return false;
   attention_flash(p, a, s);
   return true;
 }
-// The attention itself (by cuDNN where the build has it); true when it also ran p.then_out.
-bool attention_impl(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel);
 }  // namespace
-
-void attention(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel) {
-  check_then_out(p);
-  if (!attention_impl(p, s, kernel) && p.then_out != nullptr) attn_out(*p.then_out, s);
-}
 }  // namespace magi2::cuda
 
 #if MAGI2_HAVE_CUDNN
@@ -379,19 +370,14 @@ std::vector<std::pair<std::string, double>> cudnn_sdpa_plan_times(const Attentio
   return out;
 }
 
-namespace {
-bool attention_impl(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel) {
+void attention(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel) {
   const AttentionShape a = check_attention(p);
-  if (a.t == 0 || a.h == 0 || a.max_len == 0) return false;
-  bool out_done = false;
-  if (attention_own(p, a, s, kernel, out_done)) return out_done;
+  if (a.t == 0 || a.h == 0 || a.max_len == 0) return;
+  if (attention_own(p, a, s, kernel)) return;
   // cuDNN's flash forward takes head dims that are multiples of 8 up to 256 (Hopper).
   const bool fp32_only = kernel == AttentionKernel::kFp32;
   Plan* plan = (fp32_only || a.hd % 8 != 0 || a.hd > 256) ? nullptr : plan_for(a, p.scale, s);
-  if (!plan) {
-    attention_fp32(p, s);
-    return false;
-  }
+  if (!plan) return attention_fp32(p, s);
   ragged_meta(a.cu, a.nseq, a.h * a.hd, a.h, plan->seq, plan->off_x, plan->off_s, s);
   float* stats = p.lse.defined() ? p.lse.data_as<float>() : plan->stats;
   std::unordered_map<int64_t, void*> pack = {
@@ -405,25 +391,19 @@ bool attention_impl(const AttentionParams& p, cudaStream_t s, AttentionKernel ke
     check_fe(plan->graph->execute(st.handle, pack, plan->workspace), "execute");
   }
   if (!p.lse.defined()) sink_correct(p.o, stats, p.sinks.data_as<float>() + p.head_begin, s);
-  return false;
 }
-}  // namespace
 
 }  // namespace magi2::cuda
 
 #else  // no cuDNN in this build: the fp32 kernel serves every call
 
 namespace magi2::cuda {
-namespace {
-bool attention_impl(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel) {
+void attention(const AttentionParams& p, cudaStream_t s, AttentionKernel kernel) {
   const AttentionShape a = check_attention(p);
-  if (a.t == 0 || a.h == 0 || a.max_len == 0) return false;
-  bool out_done = false;
-  if (attention_own(p, a, s, kernel, out_done)) return out_done;
+  if (a.t == 0 || a.h == 0 || a.max_len == 0) return;
+  if (attention_own(p, a, s, kernel)) return;
   attention_fp32(p, s);
-  return false;
 }
-}  // namespace
 std::vector<std::pair<std::string, double>> cudnn_sdpa_plan_times(const AttentionParams&, cudaStream_t, int) {
   return {};
 }
@@ -441,9 +421,8 @@ void attention_flash(const AttentionParams&, const AttentionShape&, cudaStream_t
   throw Error("attention_flash: this build has no CUTLASS headers (scripts/setup.sh installs them)");
 }
 void attention_flash_fp8(const AttentionParams&, const AttentionShape&, const FlashFp8Operands&, cudaStream_t,
-                         Fp8FlashVariant, const AttnOutParams*) {
+                         Fp8FlashVariant) {
   throw Error("attention_flash_fp8: this build has no CUTLASS headers (scripts/setup.sh installs them)");
 }
-bool attention_flash_fp8_fusable(const AttnOutParams&, const AttnOutArgs&) { return false; }
 }  // namespace magi2::cuda
 #endif

@@ -48,9 +48,7 @@
 #include "core/error.h"
 #include "cuda/attention_flash.h"
 #include "cuda/attention_tiles.cuh"
-#include "cuda/attn_ops.h"
 #include "cuda/fp8_fragment.cuh"
-#include "cuda/fp8_quant.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/tma.h"
@@ -135,84 +133,16 @@ struct Fp8Scales {
   const float* sv = nullptr;
 };
 
-// attn_out fused into the epilogue (kOut; AttentionParams::then_out): the
-// sinks of the call's heads, the gate g [T, H] bf16 (row stride ldg, out-row
-// order), dst [T] (the out row of attention row r), out [T, H, 128] bf16 and
-// optionally its FP8 rows q8 [T, H * 128] e4m3 and s8 [T, H] f32.
-struct OutFused {
-  const float* sinks = nullptr;
-  const uint16_t* g = nullptr;
-  int64_t ldg = 0;
-  const int32_t* dst = nullptr;
-  int64_t rows = 0;  // T: a dst outside [0, T) is skipped
-  uint16_t* out = nullptr;
-  uint8_t* q8 = nullptr;
-  float* s8 = nullptr;
-};
-
-// attn_out on a thread's two rows of one head (kOut): accumulator value i
-// lies in row row0 + 8 ((i / 2) % 2), column 8 (i / 4) + lane_col + i % 2; a
-// quad holds a row's 128 columns (32 values a lane), one 1 x 128 FP8 group.
-// The operations of attn_out_kernel on the bf16 o = bf16(acc inv): bf16(o
-// sink factor), times bf16(sigmoid(g)), rounded; the FP8 rows from those bf16
-// values with fp8_quantize8_half's rule (the group's amax by the quad), so the
-// bytes of attention + attn_out on the same o and lse.
-template <class Acc>
-__device__ __forceinline__ void fused_out_epilogue(Acc& acc_o, const float (&inv)[2], const float (&lse_r)[2],
-                                                   const OutFused& of, int64_t row0, int64_t end, int h, int head,
-                                                   int lane, int lane_col) {
-  float fac[2], gs[2];
-  int64_t dst[2];
-  CUTE_UNROLL
-  for (int r = 0; r < 2; ++r) {
-    const int64_t row = row0 + 8 * r;
-    dst[r] = row < end ? of.dst[row] : -1;
-    if (dst[r] >= of.rows) dst[r] = -1;
-    fac[r] = dst[r] >= 0 ? dev::sink_factor(lse_r[r], of.sinks[head]) : 0.f;
-    gs[r] = dst[r] >= 0 ? dev::round_bf16(dev::sigmoid_f32(dev::bf16_to_f32(of.g[dst[r] * of.ldg + head]))) : 0.f;
-  }
-  uint32_t amax[2] = {0u, 0u};
-  CUTE_UNROLL
-  for (int i = 0; i < cute::size(acc_o); ++i) {
-    const int r = (i / 2) % 2;
-    const float ob = dev::round_bf16(acc_o(i) * inv[r]);
-    const float y = dev::round_bf16(dev::round_bf16(ob * fac[r]) * gs[r]);
-    acc_o(i) = y;
-    amax[r] = max(amax[r], dev::fp8_abs_bits(y));
-  }
-  float sc[2], rcp[2];
-  CUTE_UNROLL
-  for (int r = 0; r < 2; ++r) {
-    amax[r] = max(amax[r], __shfl_xor_sync(0xffffffffu, amax[r], 1));
-    amax[r] = max(amax[r], __shfl_xor_sync(0xffffffffu, amax[r], 2));
-    sc[r] = fp8_act_scale(__uint_as_float(amax[r]));
-    rcp[r] = fp8_act_rcp(sc[r]);
-    if (of.s8 != nullptr && lane % 4 == 0 && dst[r] >= 0) of.s8[dst[r] * h + head] = sc[r];
-  }
-  CUTE_UNROLL
-  for (int i = 0; i < cute::size(acc_o); i += 2) {
-    const int r = (i / 2) % 2;
-    if (dst[r] < 0) continue;
-    const int64_t at = (dst[r] * h + head) * kHD + 8 * (i / 4) + lane_col;
-    *reinterpret_cast<uint32_t*>(of.out + at) = dev::bf16x2_rn(acc_o(i + 1), acc_o(i));
-    if (of.q8 != nullptr)
-      *reinterpret_cast<uint16_t*>(of.q8 + at) =
-          static_cast<uint16_t>(dev::fp8_quant2(acc_o(i), acc_o(i + 1), sc[r], rcp[r]));
-  }
-}
-
 // kPingPong: the two consumer warpgroups take turns issuing their chunk's
 // GEMMs (two named barriers), so one's softmax runs under the other's GEMMs
 // (FlashAttention-3's inter-warpgroup schedule); only when both have rows.
 // kEmu (FP8 only): of every 8 accumulator values of S, the first kEmu take
 // their exponential on the FMA pipe (exp2_fma_f32) instead of the SFU.
-// kOut: attn_out's arithmetic on the bf16 o and the lse in the epilogue (OutFused), o not written.
-template <bool kFp8, int kBN, int kStages, bool kPingPong, int kEmu = 0, bool kOut = false>
+template <bool kFp8, int kBN, int kStages, bool kPingPong, int kEmu = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_flash_kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                            const __grid_constant__ CUtensorMap tm_v, const int32_t* __restrict__ cu, int nseq, int h,
-                           float scale_log2, Fp8Scales f8, uint16_t* __restrict__ o, float* __restrict__ lse,
-                           OutFused of) {
+                           float scale_log2, Fp8Scales f8, uint16_t* __restrict__ o, float* __restrict__ lse) {
   using namespace cute;
   using Tr = Traits<kFp8, kBN, kStages>;
   using Smem = typename Tr::Smem;
@@ -497,19 +427,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   warpgroup_fence_operand(acc_o);
 
   // Epilogue: O sv_o / l as bf16 pairs and the rows' LSE (lane 0 of each quad).
-  float inv[2], lse_r[2];
+  float inv[2];
   CUTE_UNROLL
   for (int r = 0; r < 2; ++r) {
     const float lr = quad_sum(l[r]);
     inv[r] = kFp8 ? sv_o / lr : 1.f / lr;
     const int64_t row = row0 + 8 * r;
     const float m_log2 = kFp8 ? m[r] - kPOffset : m[r] * scale_log2;
-    lse_r[r] = (m_log2 + log2f(lr)) * 0.69314718055994531f;
-    if (lane % 4 == 0 && row < t.end) lse[row * h + head] = lse_r[r];
-  }
-  if constexpr (kOut) {
-    fused_out_epilogue(acc_o, inv, lse_r, of, row0, t.end, h, head, lane, lane_col);
-    return;
+    if (lane % 4 == 0 && row < t.end) lse[row * h + head] = (m_log2 + log2f(lr)) * 0.69314718055994531f;
   }
   CUTE_UNROLL
   for (int i = 0; i < size(acc_o); i += 2) {
@@ -529,21 +454,20 @@ struct Maps {
   CUtensorMap q, k, v;
 };
 
-template <bool kFp8, int kBN, int kStages, bool kPingPong, int kEmu = 0, bool kOut = false>
-void launch(const AttentionParams& p, const AttentionShape& a, const Maps& m, Fp8Scales f8, cudaStream_t s,
-            const OutFused& of = {}) {
+template <bool kFp8, int kBN, int kStages, bool kPingPong, int kEmu = 0>
+void launch(const AttentionParams& p, const AttentionShape& a, const Maps& m, Fp8Scales f8, cudaStream_t s) {
   constexpr size_t kSmem = Traits<kFp8, kBN, kStages>::kSmemBytes;
-  constexpr auto kernel = attention_flash_kernel<kFp8, kBN, kStages, kPingPong, kEmu, kOut>;
   static std::once_flag attr;
   std::call_once(attr, [] {
-    MAGI2_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+    MAGI2_CUDA_CHECK(cudaFuncSetAttribute(attention_flash_kernel<kFp8, kBN, kStages, kPingPong, kEmu>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
   });
   const int64_t tiles = attn_tiles_bound(a.t, a.nseq);
   const float scale_log2 = p.scale * 1.4426950408889634f;
-  kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a.h)), kThreads, kSmem, s>>>(
-      m.q, m.k, m.v, a.cu, static_cast<int>(a.nseq), static_cast<int>(a.h), scale_log2, f8, p.o.data_as<uint16_t>(),
-      p.lse.data_as<float>(), of);
+  attention_flash_kernel<kFp8, kBN, kStages, kPingPong, kEmu>
+      <<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(a.h)), kThreads, kSmem, s>>>(
+          m.q, m.k, m.v, a.cu, static_cast<int>(a.nseq), static_cast<int>(a.h), scale_log2, f8,
+          p.o.data_as<uint16_t>(), p.lse.data_as<float>());
   MAGI2_CUDA_CHECK_LAUNCH("attention_flash");
 }
 
@@ -577,13 +501,8 @@ void attention_flash(const AttentionParams& p, const AttentionShape& a, cudaStre
   launch<false, kBN, 2, true>(p, a, m, {}, s);
 }
 
-bool attention_flash_fp8_fusable(const AttnOutParams& out, const AttnOutArgs& args) {
-  return args.dst_rows != nullptr && args.lse != nullptr && args.hd == kHD && out.out.is_contiguous() &&
-         (!out.out8.defined() || (out.out8.q.is_contiguous() && out.out8.scale.is_contiguous()));
-}
-
 void attention_flash_fp8(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
-                         cudaStream_t s, Fp8FlashVariant v, const AttnOutParams* out) {
+                         cudaStream_t s, Fp8FlashVariant v) {
   check_flash(p, a);
   if (a.t == 0 || a.h == 0) return;
   const int64_t cols = a.h * kHD;
@@ -593,15 +512,6 @@ void attention_flash_fp8(const AttentionParams& p, const AttentionShape& a, cons
                tma_map_2d(f.vt, TmaElem::kU8, cols, f.vt_cols, f.vt_cols, kAttnTile, kHD,
                           CU_TENSOR_MAP_SWIZZLE_128B, "attention v8^T")};
   const Fp8Scales f8{f.sq, f.sk, f.sv};
-  if (out != nullptr) {  // attn_out in the epilogue (the default schedule only)
-    const AttnOutArgs args = check_attn_out(*out);
-    MAGI2_CHECK(attention_flash_fp8_fusable(*out, args), "attention_flash_fp8: attn_out cannot be fused here");
-    const OutFused of{.sinks = args.sinks, .g = out->g.data_as<uint16_t>(), .ldg = out->g.row_stride(),
-                      .dst = args.dst_rows, .rows = args.t, .out = out->out.data_as<uint16_t>(),
-                      .q8 = out->out8.defined() ? out->out8.q.data_as<uint8_t>() : nullptr,
-                      .s8 = out->out8.defined() ? out->out8.scale.data_as<float>() : nullptr};
-    return launch<true, kAttnTile, 2, false, 0, true>(p, a, m, f8, s, of);
-  }
   // No ping-pong: in FP8 the GEMMs take half the time of bf16's while the softmax does not shrink, so the
   // turns left both warpgroups waiting (H100, bench_attention --fp8: 6 % slower with them; docs/perf.md).
   switch (v) {

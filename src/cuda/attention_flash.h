@@ -71,17 +71,8 @@ enum class Fp8FlashVariant { kDefault, kPingPong, kThreeStages, kEmu2 };
 /// attention_flash on the FP8 operands `f` of p (attention_fp8_quantize):
 /// e4m3 wgmma for Q K^T and P V, P = e4m3(2^8 p), fp32 softmax and
 /// accumulation, o bf16 and lse f32 as attention_flash. Same preconditions.
-/// out (optional; p.then_out where attention_flash_fp8_fusable): attn_out's
-/// arithmetic in the epilogue on the kernel's bf16 o and lse, rows scattered
-/// by out->dst_rows into out->out (and out8); o is not written, lse is. Only
-/// the default schedule (v is ignored then). Throws Error where not fusable.
 void attention_flash_fp8(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
-                         cudaStream_t s, Fp8FlashVariant v = Fp8FlashVariant::kDefault,
-                         const AttnOutParams* out = nullptr);
-/// Whether attention_flash_fp8 can take attn_out `out` (checked: args =
-/// check_attn_out(out)) into its epilogue: dst_rows and the lse given, head dim
-/// 128, out contiguous, out8 (if any) contiguous.
-bool attention_flash_fp8_fusable(const AttnOutParams& out, const AttnOutArgs& args);
+                         cudaStream_t s, Fp8FlashVariant v = Fp8FlashVariant::kDefault);
 
 /// The FP8 operands' scratch of (current device, s) for T tokens, H heads and
 /// nseq samples: owned for the process, one per (device, stream), shared by
@@ -92,9 +83,7 @@ FlashFp8Operands attention_fp8_operands(int64_t t, int64_t h, int64_t nseq, cuda
 
 /// AttentionParams::fp8 on CUDA: attention_fp8_quantize into the scratch of
 /// attention_fp8_operands (skipped with p.fp8_from_qkv: attn_qkv with
-/// AttnQkvParams::fp8 filled it), then attention_flash_fp8, with p.then_out
-/// in its epilogue where attention_flash_fp8_fusable (unless the environment
-/// sets MAGI2_ATTN_OUT_FUSED=0). Returns whether it ran p.then_out.
-bool attention_fp8(const AttentionParams& p, const AttentionShape& a, cudaStream_t s);
+/// AttnQkvParams::fp8 filled it), then attention_flash_fp8.
+void attention_fp8(const AttentionParams& p, const AttentionShape& a, cudaStream_t s);
 
 }  // namespace magi2::cuda

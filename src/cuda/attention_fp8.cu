@@ -26,7 +26,6 @@
 #include "cuda/attention_tiles.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
-#include "cuda/env_choice.h"
 #include "cuda/fp8_quant.cuh"
 #include "ops/fp8_attention_layout.h"
 #include "ops/numerics.h"
@@ -210,19 +209,15 @@ FlashFp8Operands attention_fp8_operands(int64_t t, int64_t h, int64_t nseq, cuda
   return attention_fp8_layout(sc.base, t, h, nseq);
 }
 
-bool attention_fp8(const AttentionParams& p, const AttentionShape& a, cudaStream_t s) {
+void attention_fp8(const AttentionParams& p, const AttentionShape& a, cudaStream_t s) {
   MAGI2_CHECK(attention_flash_supported(a.hd) && p.lse.defined(), "attention.fp8: needs head dim ", kHD,
               " and the lse output (the deferred sink), got head dim ", a.hd, p.lse.defined() ? "" : " and no lse",
               attention_flash_supported(kHD) ? "" : " (this build has no CUTLASS headers)");
-  if (a.t == 0 || a.h == 0) return false;
+  if (a.t == 0 || a.h == 0) return;
   const FlashFp8Operands f = attention_fp8_operands(a.t, a.h, a.nseq, s);
   // fp8_from_qkv: attn_qkv (AttnQkvParams::fp8) filled this scratch just before.
   if (!p.fp8_from_qkv) attention_fp8_quantize(p, a, f, s);
-  // then_out into the kernel's epilogue where it fits (MAGI2_ATTN_OUT_FUSED=0: attn_out after, for timings).
-  const bool fuse = p.then_out != nullptr && attention_flash_fp8_fusable(*p.then_out, check_attn_out(*p.then_out)) &&
-                    env_choice("MAGI2_ATTN_OUT_FUSED", {"1", "0"}) != 1;
-  attention_flash_fp8(p, a, f, s, Fp8FlashVariant::kDefault, fuse ? p.then_out : nullptr);
-  return fuse;
+  attention_flash_fp8(p, a, f, s);
 }
 
 }  // namespace magi2::cuda

@@ -70,7 +70,11 @@ __device__ __forceinline__ void store8(uint16_t* p, bool vec, const float* f) {
   }
 }
 
-using dev::sink_factor;
+/// exp(lse - logaddexp(lse, sink)) with the CPU's operation sequence (glibc-exact exp; log1pf is CUDA's).
+__device__ __forceinline__ float sink_factor(float lse, float sink) {
+  const float hi = fmaxf(lse, sink), lo = fminf(lse, sink);
+  return dev::exp_f32(lse - (hi + log1pf(dev::exp_f32(lo - hi))));
+}
 
 // blockIdx.y: 0 = q, 1 = k, 2 = v. hd % 8 == 0.
 __global__ void __launch_bounds__(kThreads)
@@ -519,18 +523,18 @@ void quantize_out8(const AttnOutParams& p, cudaStream_t s) {
 
 void attn_out(const AttnOutParams& p, cudaStream_t s) { attn_out_variant(p, s, AttnOutKernel::kAuto); }
 
-AttnOutArgs check_attn_out(const AttnOutParams& p) {
+void attn_out_variant(const AttnOutParams& p, cudaStream_t s, AttnOutKernel which) {
   MAGI2_CHECK(p.o.defined() && p.o.dim() == 3, "attn_out.o: expected [T, H, hd]");
-  AttnOutArgs a{.t = p.o.size(0), .h = p.o.size(1), .hd = p.o.size(2)};
-  const int64_t t = a.t, h = a.h, hd = a.hd;
+  const int64_t t = p.o.size(0), h = p.o.size(1), hd = p.o.size(2);
   check_thd(p.o, p.o.shape(), "attn_out.o");
   check_thd(p.out, p.o.shape(), "attn_out.out");
   MAGI2_CHECK(p.out.data() != p.o.data(), "attn_out.out must not alias o");
   MAGI2_CHECK(hd % 8 == 0, "CUDA backend: attn_out needs a head dim that is a multiple of 8, got ", hd);
   check_2d(p.g, t, h, "attn_out.g");
   MAGI2_CHECK(p.g.dtype() == DType::BF16, "attn_out.g: expected bf16");
-  a.src_rows = check_index_on(Device::CUDA, p.src_rows, t, "attn_out.src_rows");
-  if (p.dst_rows.defined()) a.dst_rows = check_index_on(Device::CUDA, p.dst_rows, t, "attn_out.dst_rows");
+  const int32_t* rows = check_index_on(Device::CUDA, p.src_rows, t, "attn_out.src_rows");
+  const float* lse = nullptr;
+  const float* sinks = nullptr;
   if (p.lse.defined()) {
     MAGI2_CHECK(p.lse.device() == Device::CUDA && p.lse.dtype() == DType::F32 && p.lse.is_contiguous() &&
                     p.lse.numel() == t * h,
@@ -538,20 +542,11 @@ AttnOutArgs check_attn_out(const AttnOutParams& p) {
     MAGI2_CHECK(p.sinks.defined() && p.sinks.device() == Device::CUDA && p.sinks.dtype() == DType::F32 &&
                     p.head_begin >= 0 && p.sinks.numel() >= p.head_begin + h,
                 "attn_out.sinks: expected at least ", p.head_begin + h, " f32 values on the GPU");
-    a.lse = p.lse.data_as<float>();
-    a.sinks = p.sinks.data_as<float>() + p.head_begin;
+    lse = p.lse.data_as<float>();
+    sinks = p.sinks.data_as<float>() + p.head_begin;
   }
-  if (p.out8.defined()) check_fp8_rows(Device::CUDA, p.out8, t, h * hd, "attn_out.out8");
-  return a;
-}
-
-void attn_out_variant(const AttnOutParams& p, cudaStream_t s, AttnOutKernel which) {
-  const AttnOutArgs args = check_attn_out(p);
-  const int64_t t = args.t, h = args.h, hd = args.hd;
-  const int32_t* rows = args.src_rows;
-  const float* lse = args.lse;
-  const float* sinks = args.sinks;
   const bool q8 = p.out8.defined();
+  if (q8) check_fp8_rows(Device::CUDA, p.out8, t, h * hd, "attn_out.out8");
   if (t == 0 || h == 0) return;
   const bool vec = aligned16(p.o.data()) && aligned16(p.out.data());
   const bool one_pass = q8 && hd == kFp8ActGroup && p.out8.q.is_contiguous() && p.out8.scale.is_contiguous();

@@ -74,18 +74,6 @@ struct AttnQkvShape {
 AttnQkvShape check_attn_qkv(const AttnQkvParams& p);
 /// AttnOutParams: one kernel for sink factor + gather + gate (attn_glue.cu).
 void attn_out(const AttnOutParams& p, cudaStream_t s);
-/// The checked arguments of an attn_out call: T, H, hd and the device
-/// pointers (src_rows; dst_rows, lse and sinks + head_begin where given, else null).
-struct AttnOutArgs {
-  int64_t t = 0, h = 0, hd = 0;
-  const int32_t* src_rows = nullptr;
-  const int32_t* dst_rows = nullptr;
-  const float* lse = nullptr;
-  const float* sinks = nullptr;
-};
-/// Checks AttnOutParams for the CUDA backend (devices, dtypes, shapes, out8);
-/// throws Error naming the bad tensor (attn_glue.cu).
-AttnOutArgs check_attn_out(const AttnOutParams& p);
 /// In place o[t, h, :] = bf16(o * exp(lse - logaddexp(lse, sinks[h]))): o [T, H, hd]
 /// bf16 contiguous, lse [T, H] f32 and sinks [H] f32 device pointers (attn_glue.cu).
 void sink_correct(const Tensor& o, const float* lse, const float* sinks, cudaStream_t s);

@@ -100,14 +100,6 @@ __device__ __forceinline__ void exp2_table_to_shared(uint64_t* dst) {
 }
 
 __device__ __forceinline__ float sigmoid_f32(float z) { return 1.0f / (1.0f + exp_f32(-z)); }
-
-/// The learned-sink factor exp(lse - logaddexp(lse, sink)) (spec §6.1) with the
-/// CPU's operation sequence (cpu_ops.h sink_factor: glibc-exact exp; log1pf is
-/// CUDA's): attn_out and the FP8 flash kernel's fused epilogue.
-__device__ __forceinline__ float sink_factor(float lse, float sink) {
-  const float hi = fmaxf(lse, sink), lo = fminf(lse, sink);
-  return exp_f32(lse - (hi + log1pf(exp_f32(lo - hi))));
-}
 /// 2^x on the SFU (ex2.approx.ftz: ~2 ulp, subnormal results flushed to 0):
 /// the softmax of the flash kernels and sigmoid_fast_f32. Deterministic.
 __device__ __forceinline__ float ex2_fast_f32(float x) {

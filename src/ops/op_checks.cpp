@@ -71,11 +71,4 @@ void check_fp8_rows(Device device, const Fp8Rows& a, int64_t rows, int64_t cols,
               " with unit column stride, got ", described(a.scale));
 }
 
-void check_then_out(const AttentionParams& p) {
-  if (p.then_out == nullptr) return;
-  const AttnOutParams& o = *p.then_out;
-  MAGI2_CHECK(p.lse.defined() && o.lse.defined() && o.o.data() == p.o.data() && o.lse.data() == p.lse.data(),
-              "attention.then_out: needs the call's lse, and its o and lse must be the call's o and lse");
-}
-
 }  // namespace magi2

@@ -32,8 +32,4 @@ void check_fp8_rows(Device device, const Fp8Rows& a, int64_t rows, int64_t cols,
 /// the operand otherwise.
 void check_linear_fp8(Device device, const LinearParams& p);
 
-/// Checks AttentionParams::then_out (when set): its o and lse are the call's
-/// own o and lse, and lse is given (the sink stays deferred to attn_out).
-void check_then_out(const AttentionParams& p);
-
 }  // namespace magi2

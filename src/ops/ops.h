@@ -168,15 +168,6 @@ struct RopeParams {
 /// natural-log sum of exp(s qk) over the sample's keys; `sinks` is not read.
 /// attn_out applies the sink afterwards at the official rounding point, so
 /// attention(lse) + attn_out gives the bytes of attention() + gather_rows + gate.
-///
-/// then_out (optional): attn_out on this call's output, in the same op.
-/// then_out->o and ->lse must be this call's o and lse. A backend may apply
-/// attn_out's arithmetic in the attention kernel's epilogue to its own bf16 o
-/// and lse and scatter the rows by then_out->dst_rows (CUDA's FP8 flash kernel
-/// does: o is then not written, lse is); elsewhere it runs attn_out after the
-/// attention. Either way out (and out8) hold attn_out's bytes of the o and lse
-/// that this attention computes.
-struct AttnOutParams;
 struct AttentionParams {
   Tensor q, k, v;
   Tensor sinks;  ///< [>= head_begin + H] f32
@@ -198,7 +189,6 @@ struct AttentionParams {
   /// that call wrote and skips its own quantisation; the CPU quantises q, k, v as
   /// without it (the same bytes either way).
   bool fp8_from_qkv = false;
-  const AttnOutParams* then_out = nullptr;  ///< optional (above)
 };
 
 /// Block-sparse (range-list) attention, the refiner's window attention
@@ -270,9 +260,6 @@ struct AttnOutParams {
   Tensor src_rows;
   Tensor out;
   Fp8Rows out8;
-  /// Optional [T] i32: src_rows' inverse (out row dst_rows[r] takes o's row r),
-  /// for a backend that scatters rows (AttentionParams::then_out); unread otherwise.
-  Tensor dst_rows;
 };
 
 /// Per-head sigmoid output gate (spec §6 step 9), in place:

@@ -255,38 +255,6 @@ OpEntry attention_entry(std::vector<int32_t> cu, int64_t h, int64_t hd, int head
           }};
 }
 
-// FP8 attention with attn_out in the same op (AttentionParams::then_out; CUDA applies it in the FP8 flash
-// kernel's epilogue and scatters the rows by dst_rows): out against the CPU's attention + attn_out, within
-// the FP8 attention's bound. o and lse are scratch (CUDA does not write o then).
-OpEntry attention_then_out_entry(std::vector<int32_t> cu, int64_t h) {
-  const int64_t t = cu.back(), hd = 128;
-  double flops = 0;
-  std::string lens;
-  for (size_t i = 1; i < cu.size(); ++i) {
-    const int64_t n = cu[i] - cu[i - 1];
-    flops += 4.0 * static_cast<double>(h * hd) * static_cast<double>(n) * static_cast<double>(n);
-    lens = lens.empty() ? str_cat(n) : str_cat(lens, "+", n);
-  }
-  return {"attention", lens + " tokens, " + dims({h, hd}) + ", FP8 + attn_out (then_out)", rel_rms(8e-3, 0.05),
-          flops, [=](Backend& be, uint64_t seed) {
-            CaseBuilder b(be, seed);
-            Tensor q = b.in(b.uniform({t, h, hd}, kBf16, -3.5f, 3.5f));
-            Tensor k = b.in(b.uniform({t, h, hd}, kBf16, -1.7f, 1.7f));
-            Tensor v = b.in(b.uniform({t, h, hd}, kBf16, -1.7f, 1.7f));
-            const std::vector<int32_t> perm = permutation(b, t);
-            std::vector<int32_t> inv(perm.size());
-            for (size_t n = 0; n < perm.size(); ++n) inv[static_cast<size_t>(perm[n])] = static_cast<int32_t>(n);
-            auto out = std::make_shared<AttnOutParams>(AttnOutParams{
-                .o = be.alloc({t, h, hd}, kBf16), .lse = be.alloc({t, h}, kF32),
-                .sinks = b.in(b.uniform({h}, kF32, -3.f, 3.f)), .g = b.in(b.uniform({t, h}, kBf16, -2.f, 2.f)),
-                .src_rows = b.in_i32(perm), .out = b.out({t, h, hd}, kBf16), .dst_rows = b.in_i32(inv)});
-            const AttentionParams p{.q = q, .k = k, .v = v, .o = out->o, .cu_seqlens = b.in_i32(cu),
-                                    .max_seqlen = t, .scale = 1.f / std::sqrt(static_cast<float>(hd)),
-                                    .lse = out->lse, .fp8 = true, .then_out = out.get()};
-            return b.done([&be, p, out] { be.attention(p); });
-          }};
-}
-
 /// The attention producer (q/k RMSNorm, RoPE, the permutation into token order, v gathered) on a
 /// [t, 3 h hd] qkv buffer with a rope table of 6 nb columns; bit-exact (test_cuda_attn_cudnn).
 OpEntry attn_qkv_entry(int64_t t, int64_t h, int64_t hd, int64_t nb) {
@@ -711,7 +679,6 @@ std::vector<OpEntry> backend_op_table() {
   t.push_back(attention_entry({0, 1024, 1024, 2048}, 24, 128, 0, 3.5f));
   t.push_back(attention_entry({0, 1, 1, 1500, 3100}, 24, 128, 0, 3.5f, true));
   t.push_back(attention_entry({0, 1, 1, 1500, 3100}, 24, 128, 0, 3.5f, true, true));
-  t.push_back(attention_then_out_entry({0, 1, 1, 1500, 3100}, 24));
   t.push_back(attention_entry({0, 5, 37, 100}, 4, 64, 2, 1.7f));
   t.push_back(attention_entry({0, 700}, 4, 64, 0, 7.f));
   t.push_back(block_sparse_entry(6, 8, 12, 37, 4, 2, 32, RefinerWindow{.block_t = 2, .block_hw = 2, .radius_t = 1,

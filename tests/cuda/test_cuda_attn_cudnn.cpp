@@ -17,7 +17,6 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -296,69 +295,6 @@ TEST_F(CudnnAttentionTest, FlashFp8CloseToCpuReference) {
                             .cu_seqlens = up(i32({0, 64})), .scale = 0.125f,
                             .lse = poisoned({64, 2}, DType::F32), .fp8 = true};
   EXPECT_TRUE(test::throws_with([&] { gpu_->attention(bad); }, {"attention.fp8", "head dim 128"}));
-}
-
-// attn_out in the FP8 flash kernel's epilogue (AttentionParams::then_out with dst_rows): out, its FP8 rows
-// and the lse are the bytes of the same kernel's o and lse through attn_out; o is left unwritten. Also
-// through the backend with MAGI2_ATTN_OUT_FUSED=0 (attn_out after the kernel), and on the CPU: attention
-// with then_out is attention then attn_out there.
-TEST_F(CudnnAttentionTest, FlashFp8WithAttnOutInTheEpilogueIsAttentionThenAttnOut) {
-  for (const auto& c : flash_cases()) {
-    const int64_t t = c.cu.back(), h = c.heads, hd = c.hd;
-    const auto [q, k, v, scale] = qkv(t, h, hd, c.q_sigma);
-    const Tensor sinks = up(random({h + 2}, DType::F32, 2.f)), gw = up(random({t, h + 3}, DType::BF16, 2.f));
-    const std::vector<int32_t> perm = permutation(t);
-    std::vector<int32_t> inv(perm.size());
-    for (size_t n = 0; n < perm.size(); ++n) inv[static_cast<size_t>(perm[n])] = static_cast<int32_t>(n);
-    const Tensor d_perm = up(i32(perm)), d_inv = up(i32(inv));
-    const auto rows8 = [&] { return Fp8Rows{poisoned({t, h * hd}, DType::F8E4M3), poisoned({t, h}, DType::F32)}; };
-    AttentionParams p{.q = up(q), .k = up(k), .v = up(v), .o = poisoned({t, h, hd}, DType::BF16),
-                      .cu_seqlens = up(i32(c.cu)), .max_seqlen = max_len(c.cu), .scale = scale,
-                      .lse = poisoned({t, h}, DType::F32), .fp8 = true};
-    // The reference: the kernel's o and lse, then attn_out.
-    gpu_->attention(p);
-    const AttnOutParams two{.o = p.o, .lse = p.lse, .sinks = sinks, .head_begin = 2, .g = gw.slice_cols(3, 3 + h),
-                            .src_rows = d_perm, .out = poisoned({t, h, hd}, DType::BF16), .out8 = rows8()};
-    gpu_->attn_out(two);
-    const Tensor want = down(two.out), want_q = down(two.out8.q), want_s = down(two.out8.scale);
-    const Tensor want_lse = down(p.lse);
-    for (const bool fused : {true, false}) {
-      AttentionParams f = p;
-      f.o = poisoned({t, h, hd}, DType::BF16);
-      f.lse = poisoned({t, h}, DType::F32);
-      const AttnOutParams one{.o = f.o, .lse = f.lse, .sinks = sinks, .head_begin = 2, .g = gw.slice_cols(3, 3 + h),
-                              .src_rows = d_perm, .out = poisoned({t, h, hd}, DType::BF16), .out8 = rows8(),
-                              .dst_rows = d_inv};
-      f.then_out = &one;
-      if (!fused) setenv("MAGI2_ATTN_OUT_FUSED", "0", 1);
-      gpu_->attention(f);
-      unsetenv("MAGI2_ATTN_OUT_FUSED");
-      const std::string what = str_cat(c.name, fused ? ", fused" : ", attn_out after");
-      EXPECT_EQ(count_diff(down(one.out), want, "then_out: out"), 0) << what;
-      EXPECT_EQ(test::differing_elements(down(one.out8.q), want_q), 0) << what << ": FP8 rows";
-      EXPECT_EQ(test::differing_elements(down(one.out8.scale), want_s), 0) << what << ": FP8 scales";
-      EXPECT_EQ(count_diff(down(f.lse), want_lse, "then_out: lse"), 0) << what;
-    }
-  }
-  // The CPU: then_out is attention then attn_out (the bytes of the two calls).
-  const int64_t t = 90, h = 2, hd = 64;
-  const auto [q, k, v, scale] = qkv(t, h, hd, 1.f);
-  const Tensor sinks = random({h}, DType::F32, 2.f), gw = random({t, h}, DType::BF16, 2.f), cu = i32({0, 40, 90});
-  const Tensor rows = i32(permutation(t));
-  Tensor o = Tensor::empty({t, h, hd}, DType::BF16), lse = Tensor::empty({t, h}, DType::F32);
-  Tensor want = Tensor::empty({t, h, hd}, DType::BF16), got = Tensor::empty({t, h, hd}, DType::BF16);
-  const AttentionParams cp{.q = q, .k = k, .v = v, .o = o, .cu_seqlens = cu, .scale = scale, .lse = lse};
-  cpu_->attention(cp);
-  cpu_->attn_out({.o = o, .lse = lse, .sinks = sinks, .g = gw, .src_rows = rows, .out = want});
-  const AttnOutParams then{.o = o, .lse = lse, .sinks = sinks, .g = gw, .src_rows = rows, .out = got};
-  AttentionParams cp2 = cp;
-  cp2.then_out = &then;
-  cpu_->attention(cp2);
-  EXPECT_EQ(count_diff(got, want, "CPU attention with then_out"), 0);
-  // then_out must name the call's own o and lse.
-  const AttnOutParams other{.o = want, .lse = lse, .sinks = sinks, .g = gw, .src_rows = rows, .out = got};
-  cp2.then_out = &other;
-  EXPECT_TRUE(test::throws_with([&] { cpu_->attention(cp2); }, {"attention.then_out"}));
 }
 
 TEST_F(CudnnAttentionTest, AttnQkvMatchesCpuBitForBit) {

@@ -81,23 +81,21 @@ void Dit::attention(int l, const Tensor& out) {
   be_.attn_qkv({.qkv = ws.qkv, .q_norm = L.q_norm, .k_norm = L.k_norm, .table = ws.rope, .src_rows = ws.inv,
                 .q = ws.q, .k = ws.k, .v = ws.v, .groups = g, .fp8 = w_.fp8_attention, .cu_seqlens = ws.cu_seqlens});
   // The core writes the FA3 output and its log-sum-exp; the sink, the output gate and the permute back
-  // to modality order follow (spec §6 steps 7-9).
+  // to modality order follow in one op (spec §6 steps 7-9).
   // FP8 experts (W8A16): this layer's banks are dequantised on a few SMs beside the attention core.
   if (L.moe)
     be_.moe_prefetch({.w_gate = L.w_gate, .w_up = L.w_up, .w_down = L.w_down, .w_gate_scale = L.w_gate_scale,
                       .w_up_scale = L.w_up_scale, .w_down_scale = L.w_down_scale, .fp8_compute = w_.fp8_compute,
                       .bank_layout = L.bank_layout});
-  // The sink, the output gate and the permute back to modality order (attn_out) ride in the same op
-  // (AttentionParams::then_out): the FP8 flash kernel applies them in its epilogue, scattering its rows by
-  // ws.inv; elsewhere attn_out runs after the core (both under the mark "attn.core"). xn8 is free once the qkv
-  // linear has read it: it carries o_p's FP8 rows to the projection.
-  const AttnOutParams then_out{.o = ws.o, .lse = ws.lse, .sinks = L.sinks, .g = ws.g, .src_rows = ws.perm,
-                               .out = ws.o_p, .out8 = ws.xn8, .dst_rows = ws.inv};
   be_.mark("attn.core");
   be_.attention({.q = ws.q, .k = ws.k, .v = ws.v, .sinks = L.sinks, .o = ws.o, .cu_seqlens = ws.cu_seqlens,
                  .max_seqlen = ws.max_seqlen,
                  .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))), .lse = ws.lse,
-                 .fp8 = w_.fp8_attention, .fp8_from_qkv = w_.fp8_attention, .then_out = &then_out});
+                 .fp8 = w_.fp8_attention, .fp8_from_qkv = w_.fp8_attention});
+  be_.mark("attn.glue");
+  // xn8 is free once the qkv linear has read it: it carries o_p's FP8 rows to the projection.
+  be_.attn_out({.o = ws.o, .lse = ws.lse, .sinks = L.sinks, .g = ws.g, .src_rows = ws.perm, .out = ws.o_p,
+                .out8 = ws.xn8});
   be_.mark("attn.proj");
   be_.linear({.x = ws.o_p.reshape({n, d}), .w = L.linear_proj, .y = out, .groups = g, .w_scale = L.linear_proj_scale,
               .x8 = ws.xn8});
