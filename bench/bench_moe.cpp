@@ -8,8 +8,9 @@
 // kernel, MhcPostKernel::kRing); next to a cuBLASLt bf16 8192^3 GEMM and a
 // device-to-device copy of the same run; the routed experts also with FP8
 // banks (W8A16 and W8A8, docs/fp8.md). Not a test: prints a markdown
-// table (docs/perf.md). Usage: bench_moe [tokens ...] (default 29872 115888,
-// the 272p and 540p packings of ../shared/perf-anchor.md).
+// table (docs/perf.md). Usage: bench_moe [--mhc] [tokens ...] (default 29872
+// 115888, the 272p and 540p packings of ../shared/perf-anchor.md; --mhc: only
+// the ceilings and the mHC rows).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include "cuda/backend_cuda.h"
 #include "cuda/cuda_common.h"
 #include "cuda/fused_kernels.h"
+#include "cuda/linear.h"
 #include "cuda/mhc_moe.h"
 #include "ops/ops.h"
 
@@ -116,7 +118,12 @@ void row_gbs(const char* what, double ms, double bytes, double copy_gbs) {
 
 int run(int argc, char** argv) {
   std::vector<int64_t> tokens;
+  bool mhc_only = false;  // --mhc: only the ceilings and the mHC boundary rows
   for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--mhc") {
+      mhc_only = true;
+      continue;
+    }
     char* end = nullptr;
     const long long v = std::strtoll(argv[i], &end, 10);
     MAGI2_CHECK(end != argv[i] && *end == '\0' && v > 0, "bench_moe: token count '", argv[i],
@@ -205,66 +212,69 @@ int run(int argc, char** argv) {
                 static_cast<long long>(t), kHeads, kExperts, kTopK, static_cast<long long>(kDh),
                 static_cast<long long>(kDe));
     std::printf("| stage | ms (median of %d) | TFLOP/s | of cuBLASLt 8192^3 |\n|---|---:|---:|---:|\n", kReps);
-    Tensor r = b.fill({t, kHeads * kDh}, DType::BF16, 2.f);
-    Tensor idx = b.be->alloc({kHeads, t, kTopK}, DType::I32), wt = b.be->alloc({kHeads, t, kTopK}, DType::F32);
-    Tensor out = b.be->alloc({t, kHeads * kDh}, DType::BF16);
-    const MoeRouteParams rp{.r = r, .gate = gate, .bias = bias, .idx = idx, .weight = wt, .num_heads = kHeads,
-                            .num_experts = kExperts, .top_k = kTopK, .route_scale = 4.9f};
-    row("router (logits fp32, top-6, weights)", b.median_ms([&] { cuda::moe_route(rp, b.s); }),
-        2.0 * t * nf * kDh, ceiling);
-    // FLOPs counted once (the fp32 contraction), not per bf16 split term.
-    row("router, fused (bf16x3 tensor cores + top-6, MAGI2_ROUTER_KERNEL=fused)",
-        b.median_ms([&] { cuda::moe_route(rp, b.s, &fast); }), 2.0 * t * nf * kDh, ceiling);
-    // The first fused router's selection (a warp per row over all experts): the same bytes, timed beside.
-    row("router, fused, warp selection (RouteSelect::kWarp)",
-        b.median_ms([&] { cuda::moe_route(rp, b.s, &fast_warp); }), 2.0 * t * nf * kDh, ceiling);
-    const MoeExpertsParams ep{.r = r, .w_gate = w_gate, .w_up = w_up, .w_down = w_down, .idx = idx, .weight = wt,
-                              .out = out, .num_heads = kHeads, .num_experts = kExperts, .top_k = kTopK};
-    const double rows = static_cast<double>(t) * kHeads * kTopK;
-    const double f13 = 2.0 * rows * kDh * 2 * kDe, f2 = 2.0 * rows * kDe * kDh;
-    auto experts_rows = [&](const char* tag, const std::vector<double>& m) {
-      const std::string p = tag;
-      row((p + "sort + gather").c_str(), m[0], 0, ceiling);
-      row((p + "W13 grouped GEMM").c_str(), m[1], f13, ceiling);
-      row((p + "SwiGLU7").c_str(), m[2], 0, ceiling);
-      row((p + "W2 grouped GEMM").c_str(), m[3], f2, ceiling);
-      row((p + "combine").c_str(), m[4], 0, ceiling);
-      row((p + "routed experts total").c_str(), m[5], f13 + f2, ceiling);
-    };
-    experts_rows("natural: ", b.stage_ms(runner, ep));
-    experts_rows("natural, fused experts (gather, W13, SwiGLU7 and W2 in the W13 row): ", b.stage_ms(fused, ep));
-    experts_rows("natural, SwiGLU7 in the gate GEMM's epilogue (inside the W13 row): ", b.stage_ms(epilogue, ep));
-    experts_rows("natural, FP8 W8A16 (dequantisation in the sort + gather row, the bf16 fused kernel): ",
-                 b.stage_ms(fused, e8.with(ep, Fp8Compute::W8A16)));
-    experts_rows("natural, FP8 W8A8 (quantising scatter and bank transpositions in the sort + gather row, the FP8 "
-                 "fused kernel in the W13 row): ",
-                 b.stage_ms(fused, e8.with(ep, Fp8Compute::W8A8)));
-    // The banks held K-major since the load (Backend::moe_prepare_banks): what generate and bench run.
-    MoeExpertsParams ek = e8.with(ep, Fp8Compute::W8A8);
-    b.be->moe_prepare_banks(ek);
-    experts_rows("natural, FP8 W8A8, K-major banks (moe_prepare_banks; quantising scatter in the sort + gather row): ",
-                 b.stage_ms(fused, ek));
+    if (!mhc_only) {  // the router and the routed experts
+      Tensor r = b.fill({t, kHeads * kDh}, DType::BF16, 2.f);
+      Tensor idx = b.be->alloc({kHeads, t, kTopK}, DType::I32), wt = b.be->alloc({kHeads, t, kTopK}, DType::F32);
+      Tensor out = b.be->alloc({t, kHeads * kDh}, DType::BF16);
+      const MoeRouteParams rp{.r = r, .gate = gate, .bias = bias, .idx = idx, .weight = wt, .num_heads = kHeads,
+                              .num_experts = kExperts, .top_k = kTopK, .route_scale = 4.9f};
+      row("router (logits fp32, top-6, weights)", b.median_ms([&] { cuda::moe_route(rp, b.s); }),
+          2.0 * t * nf * kDh, ceiling);
+      // FLOPs counted once (the fp32 contraction), not per bf16 split term.
+      row("router, fused (bf16x3 tensor cores + top-6, MAGI2_ROUTER_KERNEL=fused)",
+          b.median_ms([&] { cuda::moe_route(rp, b.s, &fast); }), 2.0 * t * nf * kDh, ceiling);
+      // The first fused router's selection (a warp per row over all experts): the same bytes, timed beside.
+      row("router, fused, warp selection (RouteSelect::kWarp)",
+          b.median_ms([&] { cuda::moe_route(rp, b.s, &fast_warp); }), 2.0 * t * nf * kDh, ceiling);
+      const MoeExpertsParams ep{.r = r, .w_gate = w_gate, .w_up = w_up, .w_down = w_down, .idx = idx, .weight = wt,
+                                .out = out, .num_heads = kHeads, .num_experts = kExperts, .top_k = kTopK};
+      const double rows = static_cast<double>(t) * kHeads * kTopK;
+      const double f13 = 2.0 * rows * kDh * 2 * kDe, f2 = 2.0 * rows * kDe * kDh;
+      auto experts_rows = [&](const char* tag, const std::vector<double>& m) {
+        const std::string p = tag;
+        row((p + "sort + gather").c_str(), m[0], 0, ceiling);
+        row((p + "W13 grouped GEMM").c_str(), m[1], f13, ceiling);
+        row((p + "SwiGLU7").c_str(), m[2], 0, ceiling);
+        row((p + "W2 grouped GEMM").c_str(), m[3], f2, ceiling);
+        row((p + "combine").c_str(), m[4], 0, ceiling);
+        row((p + "routed experts total").c_str(), m[5], f13 + f2, ceiling);
+      };
+      experts_rows("natural: ", b.stage_ms(runner, ep));
+      experts_rows("natural, fused experts (gather, W13, SwiGLU7 and W2 in the W13 row): ", b.stage_ms(fused, ep));
+      experts_rows("natural, SwiGLU7 in the gate GEMM's epilogue (inside the W13 row): ", b.stage_ms(epilogue, ep));
+      experts_rows("natural, FP8 W8A16 (dequantisation in the sort + gather row, the bf16 fused kernel): ",
+                   b.stage_ms(fused, e8.with(ep, Fp8Compute::W8A16)));
+      experts_rows("natural, FP8 W8A8 (quantising scatter and bank transpositions in the sort + gather row, the FP8 "
+                   "fused kernel in the W13 row): ",
+                   b.stage_ms(fused, e8.with(ep, Fp8Compute::W8A8)));
+      // The banks held K-major since the load (Backend::moe_prepare_banks): what generate and bench run.
+      MoeExpertsParams ek = e8.with(ep, Fp8Compute::W8A8);
+      b.be->moe_prepare_banks(ek);
+      experts_rows(
+          "natural, FP8 W8A8, K-major banks (moe_prepare_banks; quantising scatter in the sort + gather row): ",
+                   b.stage_ms(fused, ek));
 
-    // Skewed: forced routing, distinct experts per (head, token), expert 0 of
-    // head 0 taking the first route of the first 8,192 tokens.
-    {
-      Tensor forced = Tensor::empty({kHeads, t, kTopK}, DType::I32);
-      std::vector<int32_t> perm(kExperts);
-      for (int64_t i = 0; i < kHeads * t; ++i) {
-        std::iota(perm.begin(), perm.end(), 0);
-        for (int j = 0; j < kTopK; ++j) std::swap(perm[j], perm[j + b.rng() % (kExperts - j)]);
-        if (i < std::min<int64_t>(t, 8192)) std::swap(perm[0], *std::find(perm.begin(), perm.end(), 0));
-        std::copy(perm.begin(), perm.begin() + kTopK, forced.data_as<int32_t>() + i * kTopK);
+      // Skewed: forced routing, distinct experts per (head, token), expert 0 of
+      // head 0 taking the first route of the first 8,192 tokens.
+      {
+        Tensor forced = Tensor::empty({kHeads, t, kTopK}, DType::I32);
+        std::vector<int32_t> perm(kExperts);
+        for (int64_t i = 0; i < kHeads * t; ++i) {
+          std::iota(perm.begin(), perm.end(), 0);
+          for (int j = 0; j < kTopK; ++j) std::swap(perm[j], perm[j + b.rng() % (kExperts - j)]);
+          if (i < std::min<int64_t>(t, 8192)) std::swap(perm[0], *std::find(perm.begin(), perm.end(), 0));
+          std::copy(perm.begin(), perm.begin() + kTopK, forced.data_as<int32_t>() + i * kTopK);
+        }
+        Tensor fd = b.be->alloc(forced.shape(), DType::I32);
+        b.be->copy({.src = forced, .dst = fd});
+        MoeRouteParams fp = rp;
+        fp.forced_idx = fd;
+        b.be->moe_route(fp);
+        experts_rows("skewed (8,192 rows on one expert): ", b.stage_ms(runner, ep));
+        experts_rows("skewed, fused experts: ", b.stage_ms(fused, ep));
+        experts_rows("skewed, epilogues: ", b.stage_ms(epilogue, ep));
+        experts_rows("skewed, FP8 W8A8, K-major banks: ", b.stage_ms(fused, ek));
       }
-      Tensor fd = b.be->alloc(forced.shape(), DType::I32);
-      b.be->copy({.src = forced, .dst = fd});
-      MoeRouteParams fp = rp;
-      fp.forced_idx = fd;
-      b.be->moe_route(fp);
-      experts_rows("skewed (8,192 rows on one expert): ", b.stage_ms(runner, ep));
-      experts_rows("skewed, fused experts: ", b.stage_ms(fused, ep));
-      experts_rows("skewed, epilogues: ", b.stage_ms(epilogue, ep));
-      experts_rows("skewed, FP8 W8A8, K-major banks: ", b.stage_ms(fused, ek));
     }
 
     // One mHC boundary pair (logits + pre before a branch, post + residual after).
@@ -292,22 +302,38 @@ int run(int argc, char** argv) {
         row_gbs((tag + "post + residual (one branch)").c_str(), post, 2 * sb + ab, copy_gbs);
         row_gbs((tag + "both branches of a layer").c_str(), 2 * (lg + pre + post), 2 * (4 * sb + 2 * ab), copy_gbs);
       }
-      // What the DiT step runs since the fourteenth session: the post + residual also writes the new rows'
-      // sums of squares (MhcPostResParams::ss), and the next logits are one cuBLASLt GEMM of 72 columns
-      // (24 logits x 3 split terms) from them (mhc_logits_gemm), through the backend.
+      // What the DiT step ran from the fourteenth to the nineteenth session: the post + residual also writes
+      // the new rows' sums of squares (MhcPostResParams::ss), and the next logits are one cuBLASLt GEMM of 72
+      // columns (24 logits x 3 split terms) from them (mhc_logits_gemm, with a runner of its own here).
       {
         Tensor ss = b.be->alloc({t}, DType::F32);
         MhcPostResParams qs = qp;
         qs.ss = ss;
         MhcLogitsParams ls = lp;
         ls.ss = ss;
+        constexpr size_t kWs = size_t{32} << 20;
+        const std::shared_ptr<void> ws = dev_alloc(kWs);
+        cuda::LinearRunner gemm_runner(ws.get(), kWs, dev_alloc);
+        cuda::FusedPaths gemm = fast;
+        gemm.linear = &gemm_runner;
         const double post = b.median_ms([&] { b.be->mhc_post_res(qs); });
-        const double lg = b.median_ms([&] { b.be->mhc_logits(ls); });
+        const double lg = b.median_ms([&] { MAGI2_CHECK(cuda::mhc_logits_gemm(ls, gemm, b.s), "mhc_logits_gemm"); });
         const double pre = b.median_ms([&] { b.be->mhc_pre(pp); });
         row_gbs("mHC, sums of squares from the post: logits as one GEMM (one branch)", lg, sb, copy_gbs);
         row_gbs("mHC, sums of squares from the post: post + residual (one branch)", post, 2 * sb + ab, copy_gbs);
         row_gbs("mHC, sums of squares from the post: both branches of a layer", 2 * (lg + pre + post),
                 2 * (4 * sb + 2 * ab), copy_gbs);
+        // What the DiT step runs since the twentieth session: the next logits in the post + residual's pass
+        // (MhcPostResParams::next, mhc_post_logits.cu), the logits read no state.
+        MhcPostResParams qn = qs;
+        qn.next = {.norm_w = norm_w, .phi = phi, .logits = logits, .groups = Groups::single(t)};
+        const double pn = b.median_ms([&] { b.be->mhc_post_res(qn); });
+        row_gbs("mHC, post + residual with the next logits in one pass (one branch)", pn, 2 * sb + ab, copy_gbs);
+        row_gbs("mHC, the next logits in the post's pass: both branches of a layer", 2 * (pre + pn),
+                2 * (3 * sb + 2 * ab), copy_gbs);
+        // The same pass without the update: the backend's mhc_logits (the first branch of a forward).
+        row_gbs("mHC, logits by the pass alone (mhc_logits_pass, one branch)",
+                b.median_ms([&] { b.be->mhc_logits(lp); }), sb, copy_gbs);
       }
       // The first fused post + residual kernel (fused_kernels.h MhcPostKernel::kRing; same bytes).
       {

@@ -19,7 +19,9 @@
 #   prof (Nsight Compute on the fused W8A8 experts and the FP8 flash kernel, then the 272p step; ~4 min),
 #   sass (Nsight Compute's per-instruction stall samples of the fused experts and the FP8 flash kernel; ~3 min),
 #   sass_moe (the same for the fused experts alone), grid (the W8A8 kernel's MAGI2_W8A8_GRID forms against an
-#   older build's bench_moe_old / magi2_old: tests, bench_moe, the 272p step; ~4 min), final (every CUDA
+#   older build's bench_moe_old / magi2_old: tests, bench_moe, the 272p step; ~4 min), mhc (the one-pass
+#   post + residual with the next logits: its tests, the op table, bench_moe --mhc, the 272p step against
+#   magi2_old; ~6 min), final (every CUDA
 #   test binary in the bundle, the op table, the 272p step against magi2_old and 540p; ~6 min on an H200).
 # Logs go to $OUT (the device tool's result folder; /tmp/fp8-out elsewhere). Each step has its own
 # timeout, so a hung kernel costs only its step.
@@ -234,6 +236,32 @@ case $phase in
       step step_$v ${T1:-200} env $e $m $b; grep -E "^bench|routed" "$out/step_$v.log" | cut -c1-120
     done
     ;;
+  mhc)
+    # The next branch's logits in the post + residual's pass (mhc_post_logits.cu): every test, the op table,
+    # bench_moe's mHC rows at 272p, then the step (W8A8, FP8 attention and linears) at 272p with magi2_old
+    # and magi2 REPS times (2), interleaved; RES540=1 also 540p with magi2.
+    # Every CUDA test binary in the bundle first (the device check of the code), test_cuda_fused's mHC lines.
+    for tb in ./test_cuda_*; do
+      n=$(basename "$tb"); [ "$n" = test_cuda_backend_ops ] && continue
+      step "$n" 300 "$tb"; summary "$n" 3
+    done
+    grep -E "one pass|then the logits|checked entry|\[D=" "$out/test_cuda_fused.log" | head -30
+    step ops 300 ./test_cuda_backend_ops; grep -E "mhc|entries|FAIL" "$out/ops.log" | head -16
+    step bench_mhc 240 ./bench_moe --mhc 29872; grep -E "mHC|copy|cuBLASLt" "$out/bench_mhc.log" | head -20
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    b="bench --weights fp8-experts --steps 2 --warmup 1 --attention-compute fp8 --fp8-compute w8a8 --linear-compute fp8"
+    [ "$mem" -gt 120000 ] && b="$b --full-model"
+    for i in $(seq "${REPS:-2}"); do
+      # shellcheck disable=SC2086
+      [ -x ./magi2_old ] && { step step_old$i ${T1:-240} ./magi2_old $b --resolutions 272p; bench_lines step_old$i 14; }
+      # shellcheck disable=SC2086
+      step step_new$i ${T1:-240} ./magi2 $b --resolutions 272p; bench_lines step_new$i 14
+    done
+    if [ "${RES540:-0}" != 0 ]; then
+      # shellcheck disable=SC2086
+      step step540 ${T1:-300} ./magi2 $b --resolutions 540p; bench_lines step540 14
+    fi
+    ;;
   final)
     # The device check of the session's last CUDA code: every CUDA test binary in the bundle, the op table,
     # then the step (W8A8 experts, FP8 attention, FP8 linears) at 272p with magi2_old (OLDENV) and magi2,
@@ -257,6 +285,7 @@ case $phase in
       step step540 ${T1:-300} ./magi2 $b --resolutions 540p; bench_lines step540 14
     fi
     ;;
-  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8, w8a8full, w8a8all, qkv8, qkv8full, rows8, prof, sass, sass_moe, grid or final, got '$phase'" >&2; exit 2 ;;
+  *) echo "device_fp8.sh: PHASE must be check, full, lin, tests, w8a8, w8a8full, w8a8all, qkv8, qkv8full, rows8," \
+       "prof, sass, sass_moe, grid, mhc or final, got '$phase'" >&2; exit 2 ;;
 esac
 exit $rc

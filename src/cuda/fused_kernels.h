@@ -118,6 +118,28 @@ bool mhc_pre_fused(const MhcPreParams& p, cudaStream_t s);
 /// mHC post + residual of checked params, bit-equal to the reference
 /// (mhc_fused.cu): false unless D is a multiple of 8 and rows are 16-byte aligned.
 bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s, MhcPostKernel kernel = MhcPostKernel::kLean);
+/// mHC post + residual of checked params with p.next.logits defined, and the
+/// next branch's logits of the new state in the same pass (mhc_post_logits.cu):
+/// the state, h_post and h_res bit-equal to the reference, ss (the new rows'
+/// sums of squares) in its own fp32 order, next.logits within mhc_logits_fused's
+/// bound of the CPU reference, each token's in an order fixed by D and the
+/// process's MAGI2_MHC_POST_PARTS (not by T or the token's place). Scratch from `scratch`; false, launching
+/// nothing, unless D is a multiple of 128 and the rows of state and o are
+/// 16-byte aligned.
+bool mhc_post_logits_fused(const MhcPostResParams& p, SplitScratch& scratch, cudaStream_t s);
+/// mHC logits of checked params by mhc_post_logits_fused's pass without the
+/// update (mhc_post_logits.cu): for a state that pass wrote, the bytes of the
+/// logits it formed (so the DiT's logits do not depend on whether the previous
+/// post + residual formed them, e.g. with --offload layerwise); p.ss is not
+/// used (the pass sums in its own order). False, launching nothing, unless D =
+/// vw / 4 is a multiple of 128 and the state rows are 16-byte aligned.
+bool mhc_logits_pass(const MhcLogitsParams& p, SplitScratch& scratch, cudaStream_t s);
+/// The fused logits' fragment-native weight units (mma_split.cuh) of
+/// (w_m + 1) phi for each weight group m: unit (((m nq + q) 3 + s) 3 + nt) 32 +
+/// lane, nq = vw / 32, into `out` of mhc_phi_split_bytes(vw, groups) bytes
+/// (mhc_fused.cu; vw a multiple of 32).
+size_t mhc_phi_split_bytes(int64_t vw, int groups);
+void mhc_phi_split(const float* phi, const float* norm_w, int64_t vw, int groups, uint4* out, cudaStream_t s);
 /// Router of checked params (route_fused.cu): false unless d_head is a multiple
 /// of 32, the experts per head a multiple of 32 and at most 256, and r's rows 16-byte aligned.
 /// `select` picks the selection; both filtered ones run kWarp's when top-k exceeds 7.

@@ -189,6 +189,7 @@ void mhc_logits(const MhcLogitsParams& p, cudaStream_t s, const FusedPaths* fast
                                    p.ss.numel() == t && p.ss.is_contiguous()),
               "mhc_logits.ss: expected ", t, " contiguous f32 values on the device");
   if (t == 0) return;
+  if (fast != nullptr && fast->mhc && fast->scratch != nullptr && mhc_logits_pass(p, *fast->scratch, s)) return;
   if (fast != nullptr && fast->mhc && p.ss.defined() && fast->linear != nullptr && mhc_logits_gemm(p, *fast, s))
     return;
   if (fast != nullptr && fast->mhc && mhc_logits_fused(p, *fast->scratch, s)) return;
@@ -255,7 +256,32 @@ void mhc_post_res(const MhcPostResParams& p, cudaStream_t s, const FusedPaths* f
   MAGI2_CHECK(!p.ss.defined() || (p.ss.device() == Device::CUDA && p.ss.dtype() == DType::F32 &&
                                    p.ss.numel() == t && p.ss.is_contiguous()),
               "mhc_post_res.ss: expected ", t, " contiguous f32 values on the device");
+  const bool next = p.next.logits.defined();
+  if (next) {  // mhc_logits' checks of the next logits, before any launch
+    const MhcLogitsParams& n = p.next;
+    check_2d(n.logits, t, kLogits, "mhc_post_res.next.logits");
+    check_groups(n.groups, t, "mhc_post_res.next");
+    MAGI2_CHECK(n.logits.dtype() == DType::F32, "mhc_post_res.next.logits: expected f32");
+    dev_f32(n.norm_w, vw * n.groups.count, "mhc_post_res.next.norm_w");
+    MAGI2_CHECK(n.phi.device() == Device::CUDA && n.phi.dtype() == DType::F32 &&
+                    n.phi.shape() == Shape({vw, kLogits}) && n.phi.is_contiguous(),
+                "mhc_post_res.next.phi: expected contiguous [", vw, ", 24] f32 on the device, got ",
+                shape_str(n.phi.shape()));
+  }
   if (t == 0) return;
+  if (next && fast != nullptr && fast->mhc && fast->scratch != nullptr &&
+      mhc_post_logits_fused(p, *fast->scratch, s))
+    return;
+  // Otherwise the update, then the logits as their own op (from the sums of squares where the update writes them).
+  if (next) {
+    MhcPostResParams q = p;
+    q.next = {};
+    mhc_post_res(q, s, fast);
+    MhcLogitsParams n = mhc_next_logits(p);
+    n.ss = p.ss;
+    mhc_logits(n, s, fast);
+    return;
+  }
   auto* ss = p.ss.defined() ? static_cast<float*>(p.ss.data()) : nullptr;
   // The lean kernel sums the new rows' squares as it writes them; the others leave them to a row pass.
   auto sum_rows = [&] {

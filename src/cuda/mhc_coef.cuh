@@ -54,4 +54,26 @@ __device__ __forceinline__ void mhc_post_coefs(const float* l, float ac_post, fl
     for (int j = 0; j < n; ++j) m[i][j] = round_bf16(m[i][j]);
 }
 
+/// mhc_post_coefs of the token whose logits are `l`, with the shared-memory
+/// exp table (exp2_table_to_shared), stored as 20 floats in `cf` (H_post, then
+/// H_res row-major) and, where not null, in hp_out [4] and hr_out [16].
+__device__ __forceinline__ void mhc_post_coefs_store(const float* l, float ac_post, float ac_res,
+                                                     const float* __restrict__ b_post,
+                                                     const float* __restrict__ b_res, int iters, float sk_eps,
+                                                     const uint64_t* exp_table, float* cf, float* hp_out,
+                                                     float* hr_out) {
+  constexpr int n = 4;
+  float hp[n], m[n][n];
+  mhc_post_coefs(l, ac_post, ac_res, b_post, b_res, iters, sk_eps,
+                 [exp_table](float x) { return exp_f32(x, exp_table); }, hp, m);
+  for (int i = 0; i < n; ++i) {
+    cf[i] = hp[i];
+    if (hp_out != nullptr) hp_out[i] = hp[i];
+    for (int j = 0; j < n; ++j) {
+      cf[n + n * i + j] = m[i][j];
+      if (hr_out != nullptr) hr_out[n * i + j] = m[i][j];
+    }
+  }
+}
+
 }  // namespace magi2::cuda::dev

@@ -12,6 +12,7 @@
 #include "cuda/device_fp.cuh"
 #include "cuda/fused_kernels.h"
 #include "cuda/mhc_coef.cuh"
+#include "cuda/mhc_post.cuh"
 #include "cuda/mma_split.cuh"
 
 namespace magi2::cuda {
@@ -267,28 +268,6 @@ constexpr int kPostBlocks = 3;
 constexpr int kPostLoads = kStreams + 1;  // the 4 streams and o
 constexpr size_t kPostShared = static_cast<size_t>(kPostStages) * kPostLoads * kVecWarps * 32 * sizeof(uint4);
 
-// The new state of one 16-byte column step before rounding: per stream i and
-// element e, one fp32 accumulation of the 4-term mix sum_j m[i][j] old[j] and
-// then the post term hp[i] o (the CPU's order; one rounding follows).
-__device__ __forceinline__ void post_mix(const uint4 (&x)[kStreams], const uint4& ov, const float (&hp)[kStreams],
-                                         const float (&m)[kStreams][kStreams], float (&acc)[kStreams][8]) {
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    float old[kStreams];
-#pragma unroll
-    for (int jj = 0; jj < kStreams; ++jj) old[jj] = bf16_at(x[jj], e);
-    const float oc = bf16_at(ov, e);
-#pragma unroll
-    for (int i = 0; i < kStreams; ++i) {
-      float a = 0.f;
-#pragma unroll
-      for (int jj = 0; jj < kStreams; ++jj) a += m[i][jj] * old[jj];
-      a += hp[i] * oc;
-      acc[i][e] = a;
-    }
-  }
-}
-
 // H_post and H_res of the block's tokens (thread i < kPostTokens takes token
 // r0 + i; mhc_post_coefs with the shared-memory exp table) into coef, and into
 // h_post / h_res when given. Both post kernels; the caller synchronises before
@@ -303,18 +282,9 @@ __device__ __forceinline__ void post_coefs_to_shared(float (*coef)[kCoef + 1], c
                                                      const uint64_t* exp_table) {
   if (threadIdx.x >= kPostTokens || r0 + threadIdx.x >= t) return;
   const int64_t r = r0 + threadIdx.x;
-  float hp[kStreams], mm[kStreams][kStreams];
-  mhc_post_coefs(logits + r * ldl, alpha_post[0] * c, alpha_res[0] * c, b_post, b_res, iters, sk_eps,
-                 [exp_table](float x) { return exp_f32(x, exp_table); }, hp, mm);
-  float* cf = coef[threadIdx.x];
-  for (int i = 0; i < kStreams; ++i) {
-    cf[i] = hp[i];
-    if (h_post != nullptr) h_post[r * ldhp + i] = hp[i];
-    for (int j = 0; j < kStreams; ++j) {
-      cf[kStreams + 4 * i + j] = mm[i][j];
-      if (h_res != nullptr) h_res[r * ldhr + 4 * i + j] = mm[i][j];
-    }
-  }
+  mhc_post_coefs_store(logits + r * ldl, alpha_post[0] * c, alpha_res[0] * c, b_post, b_res, iters, sk_eps, exp_table,
+                       coef[threadIdx.x], h_post != nullptr ? h_post + r * ldhp : nullptr,
+                       h_res != nullptr ? h_res + r * ldhr : nullptr);
 }
 
 __global__ void __launch_bounds__(kVecWarps * 32, kPostBlocks)
@@ -409,11 +379,6 @@ __global__ void __launch_bounds__(kVecWarps * 32, kPostBlocks)
 // kStages and kBlocks size the ring: kStages - 1 steps (80 bytes a thread
 // each) ahead, kStages x 20 KB of shared memory a block.
 
-__device__ __forceinline__ void st_global_cs(void* p, const uint4& v) {
-  asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
 template <int kStages>
 constexpr size_t post_lean_shared() {
   return static_cast<size_t>(kStages) * kPostLoads * kVecWarps * 32 * sizeof(uint4);
@@ -491,37 +456,11 @@ __global__ void __launch_bounds__(kVecWarps * 32, kBlocks)
       const uint4 ov = slot[kStreams * kThreads];
       float acc[kStreams][8];
       post_mix(x, ov, hp, m, acc);
-      // NaN if any sum is (or two infinities cancel: then the exact path runs needlessly, same bytes).
-      float total[kStreams];
-#pragma unroll
-      for (int i = 0; i < kStreams; ++i)
-        total[i] =
-            ((acc[i][0] + acc[i][1]) + (acc[i][2] + acc[i][3])) + ((acc[i][4] + acc[i][5]) + (acc[i][6] + acc[i][7]));
       uint4 out[kStreams];
-      if (!isnan((total[0] + total[1]) + (total[2] + total[3]))) {
-#pragma unroll
-        for (int i = 0; i < kStreams; ++i)
-          out[i] = make_uint4(bf16x2_rn(acc[i][1], acc[i][0]), bf16x2_rn(acc[i][3], acc[i][2]),
-                              bf16x2_rn(acc[i][5], acc[i][4]), bf16x2_rn(acc[i][7], acc[i][6]));
-      } else {
-#pragma unroll
-        for (int i = 0; i < kStreams; ++i) {
-          uint16_t h[8];
-#pragma unroll
-          for (int e = 0; e < 8; ++e) h[e] = f32_to_bf16(acc[i][e]);
-          out[i] = pack8(h);
-        }
-      }
+      post_round(acc, out);
 #pragma unroll
       for (int i = 0; i < kStreams; ++i) st_global_cs(srow + i * d + col, out[i]);
-      if (ss != nullptr)
-#pragma unroll
-        for (int i = 0; i < kStreams; ++i)
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const float v = bf16_at(out[i], e);
-            sq += v * v;
-          }
+      if (ss != nullptr) post_add_squares(sq, out);
     }
     if (ss != nullptr) {
 #pragma unroll
@@ -587,12 +526,9 @@ bool mhc_logits_fused(const MhcLogitsParams& p, SplitScratch& scratch, cudaStrea
   if (vw % kChunkK != 0 || !rows_aligned16(p.state)) return false;
   if (t == 0) return true;
   const int groups = p.groups.count;
-  const int64_t units = groups * (vw / kChunkK) * kLogitTiles * 32;
-  auto* split = static_cast<uint4*>(scratch.get(static_cast<size_t>(units) * kSplits * sizeof(uint4), s,
-                                                "mhc_logits (fused)"));
-  mhc_phi_split_kernel<<<launch_blocks(units, 256, "mhc_logits (fused)"), 256, 0, s>>>(
-      static_cast<const float*>(p.phi.data()), static_cast<const float*>(p.norm_w.data()), vw, groups, split);
-  MAGI2_CUDA_CHECK_LAUNCH("mhc_logits phi split");
+  auto* split = static_cast<uint4*>(scratch.get(mhc_phi_split_bytes(vw, groups), s, "mhc_logits (fused)"));
+  mhc_phi_split(static_cast<const float*>(p.phi.data()), static_cast<const float*>(p.norm_w.data()), vw, groups, split,
+                s);
   const auto* x = static_cast<const uint16_t*>(p.state.data());
   auto* out = static_cast<float*>(p.logits.data());
   // 3 slots (96 KB), two blocks an SM: 2 x 4 KB ahead per warp, 128 KB an SM.
@@ -640,6 +576,17 @@ bool mhc_post_res_fused(const MhcPostResParams& p, cudaStream_t s, MhcPostKernel
   }
   MAGI2_CUDA_CHECK_LAUNCH("mhc_post_res (fused)");
   return true;
+}
+
+size_t mhc_phi_split_bytes(int64_t vw, int groups) {
+  return static_cast<size_t>(groups * (vw / kChunkK) * kLogitTiles * 32) * kSplits * sizeof(uint4);
+}
+
+void mhc_phi_split(const float* phi, const float* norm_w, int64_t vw, int groups, uint4* out, cudaStream_t s) {
+  const int64_t units = groups * (vw / kChunkK) * kLogitTiles * 32;
+  if (units == 0) return;
+  mhc_phi_split_kernel<<<launch_blocks(units, 256, "mhc_logits phi split"), 256, 0, s>>>(phi, norm_w, vw, groups, out);
+  MAGI2_CUDA_CHECK_LAUNCH("mhc_logits phi split");
 }
 
 void mhc_split72(const float* phi, const float* norm_w, int64_t vw, int groups, uint16_t* out, cudaStream_t s) {

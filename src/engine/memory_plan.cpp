@@ -114,9 +114,13 @@ uint64_t dit_scratch(const DitArch& a, int64_t n, bool cuda, bool fp8, Fp8Comput
   const uint64_t lin_k = std::max<uint64_t>(d, a.dense_intermediate());
   const uint64_t lin =
       linear_fp8 ? n * lin_k + n * ((lin_k + kFp8ActGroup - 1) / kFp8ActGroup) * 4 + (uint64_t{64} << 10) : 0;
-  // The mHC logits as one GEMM (src/cuda/mhc_logits_gemm.cpp): the split weights of up to 3 weight groups,
-  // [3 * 72, 4D] bf16, and the GEMM's fp32 output [n, 72], in the fused kernels' shared scratch.
-  const uint64_t mhc = 3 * 72 * static_cast<uint64_t>(a.virtual_width()) * 2 + n * 72 * 4;
+  // The mHC logits in the fused kernels' shared scratch, the larger of two paths: as one GEMM
+  // (src/cuda/mhc_logits_gemm.cpp: the split weights of up to 3 weight groups, [3 * 72, 4D] bf16, and the
+  // GEMM's fp32 output [n, 72]) and as the post + residual's pass (src/cuda/mhc_post_logits.cu: the same
+  // weights as 16-byte units, the coefficients [n, 20] f32 and 4 parts' partial logits and sums of squares,
+  // [4, n, 25] f32; MAGI2_MHC_POST_PARTS=8 needs 4 x 100 bytes a token more).
+  const uint64_t vw = static_cast<uint64_t>(a.virtual_width());
+  const uint64_t mhc = 3 * 72 * vw * 2 + std::max(n * 72 * 4, n * 20 * 4 + 4 * n * 25 * 4);
   return kCudaRuntimeReserve + kCudaGemmWorkspace + moe + attn + lin + mhc + n * h * 4 + kDitBuffers * kCudaRounding;
 }
 

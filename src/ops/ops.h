@@ -350,7 +350,23 @@ struct MhcPostResParams {
   int sinkhorn_iters = 20;
   float sinkhorn_eps = 1e-12f;
   Tensor ss;  ///< optional
+  /// Optional, when next.logits is defined: the next branch's logits of the
+  /// new state, mhc_logits({state, next.norm_w, next.phi, next.logits,
+  /// next.groups, next.eps}) (next.state and next.ss are ignored). A backend
+  /// may form them in the same pass as the update (the CUDA backend's fused
+  /// path: the state is read once less a boundary), held to mhc_logits' bound
+  /// rather than to its bytes. next.logits may be `logits` itself: it is
+  /// written only after `logits` has been read.
+  MhcLogitsParams next;
 };
+
+/// The mhc_logits that MhcPostResParams::next asks for: p.next on p's (new) state.
+inline MhcLogitsParams mhc_next_logits(const MhcPostResParams& p) {
+  MhcLogitsParams n = p.next;
+  n.state = p.state;
+  n.ss = Tensor();
+  return n;
+}
 
 /// Multi-head MoE router (spec §8.2): per MoE head h and token t, fp32 logits
 /// l = r_{t,h} * gate[h*E + e, :], s = sigmoid(l), top-k of s + bias (descending,

@@ -459,6 +459,22 @@ std::vector<OpEntry> mhc_entries(int64_t t, int64_t d, int groups, bool fused) {
                    f ? cuda::mhc_post_res(p, stream_of(be), &f->paths) : be.mhc_post_res(p);
                  });
                }});
+  // With the next branch's logits of the new state (MhcPostResParams::next, as the DiT calls it; one pass on
+  // the fused path: mhc_post_logits.cu): both outputs held to the logits' tolerance here (the state's bytes
+  // are test_cuda_fused's MhcPostResWithNextLogitsInOnePass).
+  e.push_back({"mhc_post_res", s + ", + next logits", logits_tol, 0, [=](Backend& be, uint64_t seed) {
+                 CaseBuilder b(be, seed);
+                 const MhcInputs m = mhc_inputs(b, t, d, true);
+                 Tensor o = b.in(b.uniform({t, d}, kBf16, -4.f, 4.f));
+                 Tensor nw = b.in(b.uniform({groups * 4 * d}, kF32, -0.2f, 0.2f));
+                 Tensor phi = b.in(b.uniform({4 * d, 24}, kF32, -1.7f, 1.7f));
+                 const MhcPostResParams p{.state = m.state, .o = o, .logits = m.logits, .w = m.w.get(), .c = m.c,
+                                          .next = {.norm_w = nw, .phi = phi, .logits = b.out({t, 24}, kF32),
+                                                   .groups = g}};
+                 return b.done([&be, p, w = m.w, f = fast_paths(be, fused)] {
+                   f ? cuda::mhc_post_res(p, stream_of(be), &f->paths) : be.mhc_post_res(p);
+                 });
+               }});
   return e;
 }
 

@@ -131,13 +131,20 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
     std::printf("  logits: max |fused - cpu| = %.3g, max |cpu| = %.3g (ratio %.3g, bound 1e-4)\n", le.err, le.ref,
                 le.err / le.ref);
     EXPECT_LE(le.err, 1e-4 * le.ref);
-    // Through the checked entry point with the fast path selected: the same bytes (deterministic).
+    // Through the checked entry point with the fast path selected (mhc_logits_pass where D % 128 == 0, else
+    // the ring kernel above): within the same bound, and the same bytes run to run (deterministic).
     const cuda::FusedPaths fast{.mhc = true, .router = false, .scratch = scratch_.get()};
-    Tensor lg2 = poisoned({t, 24}, DType::F32);
     MhcLogitsParams pl2 = pl;
-    pl2.logits = lg2;
+    pl2.logits = poisoned({t, 24}, DType::F32);
     cuda::mhc_logits(pl2, stream(), &fast);
-    EXPECT_EQ(count_diff(down(lg2), lh, "  logits run to run"), 0);
+    const Tensor lh2 = down(pl2.logits);
+    const MaxErr le2 = max_err(lh2, lc);
+    std::printf("  logits, checked entry point: max |gpu - cpu| = %.3g (ratio %.3g, bound 1e-4)\n", le2.err,
+                le2.err / le2.ref);
+    EXPECT_LE(le2.err, 1e-4 * le2.ref);
+    pl2.logits = poisoned({t, 24}, DType::F32);
+    cuda::mhc_logits(pl2, stream(), &fast);
+    EXPECT_EQ(count_diff(down(pl2.logits), lh2, "  logits run to run"), 0);
 
     const Tensor logits_g = up(lc);  // the CPU's logits feed both backends below
     Tensor ac = Tensor::empty({t, d}, DType::BF16), hc = Tensor::empty({t, 4}, DType::F32);
@@ -158,8 +165,8 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
     EXPECT_EQ(count_diff(down(state_g), sc, "  mhc_post_res state"), 0);
     EXPECT_EQ(count_diff(down(pg), pc, "  mhc_post_res h_post"), 0);
     EXPECT_EQ(count_diff(down(rg), rc, "  mhc_post_res h_res"), 0);
-    // The new rows' sums of squares (MhcPostResParams::ss) from every post kernel, and the next logits as one
-    // GEMM from them (mhc_logits_gemm, through the backend and its cuBLASLt runner), against the CPU's.
+    // The new rows' sums of squares (MhcPostResParams::ss) from every post kernel, and the next logits
+    // through the backend with them given (mhc_logits_pass where D allows, else the GEMM), against the CPU's.
     {
       Tensor s1 = state.clone(), ssc = Tensor::empty({t}, DType::F32);
       cpu_->mhc_post_res({.state = s1, .o = o, .logits = lc, .w = &wc, .c = c, .ss = ssc});
@@ -191,13 +198,14 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
       gpu_->mhc_logits(pg1);
       const Tensor l1h = down(l1g);
       const MaxErr ge = max_err(l1h, l1);
-      std::printf("  logits from ss (one GEMM): max |gpu - cpu| = %.3g, max |cpu| = %.3g (ratio %.3g, bound 1e-4)\n",
+      std::printf("  logits through the backend, ss given: max |gpu - cpu| = %.3g, max |cpu| = %.3g "
+                  "(ratio %.3g, bound 1e-4)\n",
                   ge.err, ge.ref, ge.err / ge.ref);
       EXPECT_LE(ge.err, 1e-4 * ge.ref);
       MhcLogitsParams pg2 = pg1;
       pg2.logits = poisoned({t, 24}, DType::F32);
       gpu_->mhc_logits(pg2);
-      EXPECT_EQ(count_diff(down(pg2.logits), l1h, "  logits from ss, run to run"), 0);
+      EXPECT_EQ(count_diff(down(pg2.logits), l1h, "  logits through the backend, run to run"), 0);
     }
     // The other post kernels (MhcPostKernel) on a state with NaNs (payloads, signs) and infinities
     // planted: the first ring kernel's bytes (not the CPU's: GPU arithmetic returns the canonical NaN).
@@ -214,6 +222,105 @@ TEST_F(CudaFusedTest, MhcLogitsWithinFp32AndPrePostBitForBit) {
     const Tensor ring_nan = post_nan(cuda::MhcPostKernel::kRing);
     EXPECT_EQ(count_diff(post_nan(cuda::MhcPostKernel::kLean), ring_nan, "  mhc_post_res, NaN planted, lean vs ring"),
               0);
+  }
+}
+
+// mhc_post_res with the next branch's logits (MhcPostResParams::next) in one pass (mhc_post_logits_fused)
+// against the CPU's mhc_post_res, then mhc_logits: the state, h_post and h_res bit for bit, the new rows'
+// sums of squares within 1e-4 relative, the logits within the fused logits' bound; the DiT's aliasing
+// (next.logits = logits) and a second run give the same bytes; a token's logits are the same bytes with
+// fewer tokens beside it (the first rows alone); the checked entry point without the fast paths (the
+// update, then the logits op) within the same bound. D = 200 cannot take the one-pass kernel.
+TEST_F(CudaFusedTest, MhcPostResWithNextLogitsInOnePass) {
+  for (const MhcCase mc : {MhcCase{127, 256, 1}, MhcCase{300, 3072, 3}, MhcCase{1000, 3072, 1},
+                           MhcCase{333, 512, 3}, MhcCase{9, 200, 1}}) {
+    const int64_t t = mc.t, d = mc.d, vw = 4 * d;
+    const auto groups_of = [&](int64_t rows) {
+      Groups g = Groups::single(rows);
+      if (mc.groups == 3) g.cu = {0, rows / 2, rows * 5 / 6, rows}, g.count = 3;
+      return g;
+    };
+    const Groups g = groups_of(t);
+    std::printf("[D=%lld T=%lld groups=%d]\n", static_cast<long long>(d), static_cast<long long>(t), mc.groups);
+    const float c = 1.0f / std::sqrt(static_cast<float>(vw));
+    const Tensor state = random({t, vw}, DType::BF16, 1.5f), o = random({t, d}, DType::BF16, 2.f);
+    const Tensor logits = random({t, 24}, DType::F32, 2.f), norm_w = random({mc.groups * vw}, DType::F32, 0.1f);
+    const Tensor phi = random({vw, 24}, DType::F32, 1.f);
+    MhcBranchWeights wc{.alpha_post = values({1}, {1.1f}), .alpha_res = values({1}, {2.5f}),
+                        .bias_post = random({4}, DType::F32, 0.5f), .bias_res = random({4, 4}, DType::F32, 1.f)};
+    MhcBranchWeights wg{.alpha_post = up(wc.alpha_post), .alpha_res = up(wc.alpha_res),
+                        .bias_post = up(wc.bias_post), .bias_res = up(wc.bias_res)};
+    Tensor sc = state.clone(), pc = Tensor::empty({t, 4}, DType::F32), rc = Tensor::empty({t, 16}, DType::F32);
+    Tensor ssc = Tensor::empty({t}, DType::F32), lc = Tensor::empty({t, 24}, DType::F32);
+    cpu_->mhc_post_res({.state = sc, .o = o, .logits = logits, .w = &wc, .h_post = pc, .h_res = rc, .c = c, .ss = ssc});
+    cpu_->mhc_logits({.state = sc, .norm_w = norm_w, .phi = phi, .logits = lc, .groups = g});
+    const Tensor nw_g = up(norm_w), phi_g = up(phi);
+    struct Out {
+      Tensor state, h_post, h_res, ss, logits;
+      bool fused = true;
+    };
+    // The first `rows` tokens; fast: the one-pass kernel itself (nullptr: the checked entry point without fast paths).
+    const auto run = [&](int64_t rows, bool alias, bool fast) {
+      const Tensor sg = up(state.slice_rows(0, rows).clone()), lin = up(logits.slice_rows(0, rows).clone());
+      const Tensor pg = poisoned({rows, 4}, DType::F32), rg = poisoned({rows, 16}, DType::F32);
+      const Tensor ssg = poisoned({rows}, DType::F32), lg = alias ? lin : poisoned({rows, 24}, DType::F32);
+      const MhcPostResParams p{.state = sg, .o = up(o.slice_rows(0, rows).clone()), .logits = lin, .w = &wg,
+                               .h_post = pg, .h_res = rg, .c = c, .ss = ssg,
+                               .next = {.norm_w = nw_g, .phi = phi_g, .logits = lg, .groups = groups_of(rows)}};
+      Out out;
+      if (fast)
+        out.fused = cuda::mhc_post_logits_fused(p, *scratch_, stream());
+      else
+        cuda::mhc_post_res(p, stream(), nullptr);
+      out.state = down(sg), out.h_post = down(pg), out.h_res = down(rg), out.ss = down(ssg), out.logits = down(lg);
+      return out;
+    };
+    const auto check = [&](const Out& r, const char* what) {
+      EXPECT_EQ(count_diff(r.state, sc, "  state"), 0) << what;
+      EXPECT_EQ(count_diff(r.h_post, pc, "  h_post"), 0) << what;
+      EXPECT_EQ(count_diff(r.h_res, rc, "  h_res"), 0) << what;
+      double worst = 0;
+      for (int64_t i = 0; i < t; ++i) {
+        const double a = r.ss.data_as<float>()[i], b = ssc.data_as<float>()[i];
+        worst = std::isnan(a) ? INFINITY : std::max(worst, std::fabs(a - b) / std::max(std::fabs(b), 1e-30));
+      }
+      EXPECT_LE(worst, 1e-4) << what;
+      const MaxErr le = max_err(r.logits, lc);
+      std::printf("  %s: ss max relative |gpu - cpu| %.3g (bound 1e-4); logits max |gpu - cpu| = %.3g, max |cpu| = "
+                  "%.3g (ratio %.3g, bound 1e-4)\n", what, worst, le.err, le.ref, le.err / le.ref);
+      EXPECT_LE(le.err, 1e-4 * le.ref) << what;
+    };
+    check(run(t, false, false), "update, then the logits op");
+    const Out one = run(t, false, true);
+    EXPECT_EQ(one.fused, d % 128 == 0);
+    if (!one.fused) continue;
+    check(one, "one pass");
+    const Out aliased = run(t, true, true), again = run(t, false, true);
+    EXPECT_EQ(count_diff(aliased.logits, one.logits, "  one pass, next.logits = logits"), 0);
+    EXPECT_EQ(count_diff(aliased.state, one.state, "  one pass, next.logits = logits: state"), 0);
+    EXPECT_EQ(count_diff(again.logits, one.logits, "  one pass, run to run"), 0);
+    // The pass without the update on the new state: the one pass's logits, byte for byte (so --offload
+    // layerwise, where a layer's post + residual cannot reach the next layer's weights, gives the same bytes).
+    {
+      const Tensor lg = poisoned({t, 24}, DType::F32);
+      const MhcLogitsParams lp{.state = up(one.state), .norm_w = nw_g, .phi = phi_g, .logits = lg, .groups = g};
+      ASSERT_TRUE(cuda::mhc_logits_pass(lp, *scratch_, stream()));
+      EXPECT_EQ(count_diff(down(lg), one.logits, "  mhc_logits_pass on the new state"), 0);
+    }
+    // Through the backend (its fast paths, MAGI2_MHC_KERNEL's default): the one-pass kernel's bytes.
+    {
+      const Tensor sg = up(state), lin = up(logits);
+      gpu_->mhc_post_res({.state = sg, .o = up(o), .logits = lin, .w = &wg, .c = c,
+                          .next = {.norm_w = nw_g, .phi = phi_g, .logits = lin, .groups = g}});
+      if (cuda::fused_selected("MAGI2_MHC_KERNEL")) {
+        EXPECT_EQ(count_diff(down(lin), one.logits, "  through the backend"), 0);
+      }
+    }
+    if (mc.groups == 1) {  // the first rows alone (a partial last tile): their logits' bytes do not move
+      const int64_t rows = t / 3 + 5;
+      const Out part = run(rows, false, true);
+      EXPECT_EQ(count_diff(part.logits, one.logits.slice_rows(0, rows).clone(), "  the first rows alone"), 0);
+    }
   }
 }
 

@@ -171,6 +171,43 @@ TEST(OpsCpuMhc, PreWithPreNormIsPreThenNorm) {
                           {"mhc_pre.a", "missing"}));
 }
 
+// mhc_post_res with the next branch's logits (MhcPostResParams::next) is mhc_post_res, then mhc_logits of
+// the new state, bit for bit; next.logits may be the logits the update reads (how the DiT calls it); a bad
+// next is rejected before the state changes.
+TEST(OpsCpuMhc, PostResWithNextLogitsIsPostThenLogits) {
+  Rng g(34);
+  const int64_t T = 7, D = 64, VW = 4 * D;
+  const float c = static_cast<float>(1.0 / std::sqrt(double(VW)));
+  const Tensor state = rand_t({T, VW}, DType::BF16, g, -3, 3), o = rand_t({T, D}, DType::BF16, g, -3, 3);
+  const Tensor logits = rand_t({T, 24}, DType::F32, g, -30, 30);
+  const Tensor nw = rand_t({3 * VW}, DType::F32, g, -0.2, 0.2), phi = rand_t({VW, 24}, DType::F32, g, -1, 1);
+  Groups grp = Groups::single(T);
+  grp.cu = {0, 2, 5, T}, grp.count = 3;
+  const MhcBranchWeights w = make_branch(g);
+  auto be = make_cpu_backend(2);
+  Tensor s1 = state.clone(), l1 = Tensor::zeros({T, 24}, DType::F32);
+  be->mhc_post_res({.state = s1, .o = o, .logits = logits, .w = &w, .c = c});
+  be->mhc_logits({.state = s1, .norm_w = nw, .phi = phi, .logits = l1, .groups = grp});
+  for (const bool alias : {false, true}) {
+    Tensor s2 = state.clone(), lin = logits.clone(), l2 = alias ? lin : Tensor::zeros({T, 24}, DType::F32);
+    be->mhc_post_res({.state = s2, .o = o, .logits = lin, .w = &w, .c = c,
+                      .next = {.norm_w = nw, .phi = phi, .logits = l2, .groups = grp}});
+    EXPECT_EQ(std::memcmp(s2.data(), s1.data(), s1.nbytes()), 0) << "alias " << alias;
+    EXPECT_EQ(std::memcmp(l2.data(), l1.data(), l1.nbytes()), 0) << "alias " << alias;
+  }
+  Tensor s3 = state.clone();
+  EXPECT_TRUE(throws_with([&] {
+    be->mhc_post_res({.state = s3, .o = o, .logits = logits, .w = &w, .c = c,
+                      .next = {.norm_w = nw, .phi = phi, .logits = Tensor::zeros({T, 23}, DType::F32), .groups = grp}});
+  }, {"mhc_post_res.next.logits"}));
+  EXPECT_TRUE(throws_with([&] {
+    be->mhc_post_res({.state = s3, .o = o, .logits = logits, .w = &w, .c = c,
+                      .next = {.norm_w = nw, .phi = Tensor::zeros({VW, 23}, DType::F32),
+                               .logits = Tensor::zeros({T, 24}, DType::F32), .groups = grp}});
+  }, {"mhc_post_res.next.phi"}));
+  EXPECT_EQ(std::memcmp(s3.data(), state.data(), state.nbytes()), 0) << "a rejected call changed the state";
+}
+
 void sinkhorn_ref(double m[4][4], int iters, double eps) {
   for (int it = 0; it < iters; ++it) {
     for (int j = 0; j < 4; ++j) {

@@ -137,6 +137,7 @@ Tensor Dit::forward(const DitInputs& in, const DitRunOptions& opt) {
   be_.copy_cols({.src = ws.temb_p, .dst = ws.h0, .col_begin = 0});
   be_.cast({.src = ws.h0, .dst = ws.state});
   ws.ss_fresh = false;  // the first branch's logits sum the state's squares themselves
+  ws.logits_fresh = false;
   dump(opt, "block_in", ws.state);
 
   // --offload layerwise: layer l waits for its slot; its slot refills with layer l + 2 once it is done.

@@ -31,17 +31,20 @@ void Dit::layer(int l, const DitRunOptions& opt) {
 
   // One mHC-wrapped branch (spec §9): logits from the state before the branch,
   // branch input from H_pre, then H_post/H_res fold the branch output back in.
-  // The post + residual also leaves the new state rows' sums of squares for
-  // the next branch's logits (a backend may use them instead of a second read).
-  // The branch's pre-norm (norm_w over groups ng; with FP8 linears also xn's
-  // FP8 rows, which the FP8 linears reading xn take instead of quantising xn
-  // again) runs inside mhc_pre: the body starts from ws.xn, and the branch
-  // input itself is kept only for a dump.
+  // The post + residual also forms the next branch's logits of the new state
+  // (`next`: this layer's MLP branch, then the next layer's attention branch;
+  // a backend may do so in the same pass, one state read less), and leaves the
+  // new rows' sums of squares for a next mhc_logits (a backend may use them
+  // instead of a second read). The branch's pre-norm (norm_w over groups ng;
+  // with FP8 linears also xn's FP8 rows, which the FP8 linears reading xn take
+  // instead of quantising xn again) runs inside mhc_pre: the body starts from
+  // ws.xn, and the branch input itself is kept only for a dump.
   auto branch = [&](const std::string& name, const Tensor& phi, const MhcBranchWeights& mw, const Tensor& norm_w,
-                    const Groups& ng, auto&& body) {
+                    const Groups& ng, const MhcLogitsParams& next, auto&& body) {
     be_.mark("mhc");
-    be_.mhc_logits({.state = ws.state, .norm_w = L.mhc_norm, .phi = phi, .logits = ws.logits, .groups = gm,
-                    .ss = ws.ss_fresh ? ws.ss : Tensor()});
+    if (!ws.logits_fresh)
+      be_.mhc_logits({.state = ws.state, .norm_w = L.mhc_norm, .phi = phi, .logits = ws.logits, .groups = gm,
+                      .ss = ws.ss_fresh ? ws.ss : Tensor()});
     be_.mhc_pre({.state = ws.state, .logits = ws.logits, .w = &mw, .a = want ? ws.branch_in : Tensor(),
                  .h_pre = ws.h_pre, .c = c, .norm = {.w = norm_w, .y = ws.xn, .groups = ng, .y8 = ws.xn8}});
     if (want) dump(opt, p + name + "_in", ws.branch_in);
@@ -49,15 +52,25 @@ void Dit::layer(int l, const DitRunOptions& opt) {
     if (want) dump(opt, p + name + "_out", ws.branch_out);
     be_.mark("mhc");
     be_.mhc_post_res({.state = ws.state, .o = ws.branch_out, .logits = ws.logits, .w = &mw,
-                      .h_post = ws.h_post, .h_res = ws.h_res, .c = c, .ss = ws.ss});
+                      .h_post = ws.h_post, .h_res = ws.h_res, .c = c, .ss = ws.ss, .next = next});
     ws.ss_fresh = true;
+    ws.logits_fresh = next.logits.defined();
     if (want) {
       dump(opt, p + "h_post_" + name, ws.h_post);
       dump(opt, p + "h_res_" + name, ws.h_res);
     }
   };
-  branch("attn", L.phi_attn, L.mhc_attn, L.attn_pre_norm, gm, [&] { attention(l, ws.branch_out); });
-  branch("mlp", L.phi_mlp, L.mhc_mlp, L.mlp_pre_norm, ws.groups3, [&] {
+  // The next layer's weights are resident here only without --offload (its copy is awaited in before_layer).
+  MhcLogitsParams after_mlp;
+  if (l + 1 < arch_.num_layers && !offload_) {
+    const DitLayerWeights& N = w_.layers[l + 1];
+    after_mlp = {.norm_w = N.mhc_norm, .phi = N.phi_attn, .logits = ws.logits,
+                 .groups = N.mm ? ws.groups3 : ws.groups1};
+  }
+  branch("attn", L.phi_attn, L.mhc_attn, L.attn_pre_norm, gm,
+         MhcLogitsParams{.norm_w = L.mhc_norm, .phi = L.phi_mlp, .logits = ws.logits, .groups = gm},
+         [&] { attention(l, ws.branch_out); });
+  branch("mlp", L.phi_mlp, L.mhc_mlp, L.mlp_pre_norm, ws.groups3, after_mlp, [&] {
     if (L.moe)
       moe(l, ws.branch_out, opt);
     else

@@ -52,6 +52,7 @@ class DitWorkspace {
   Tensor logits;     ///< [N, 24] f32 mHC logits
   Tensor ss;         ///< [N] f32 the state rows' sums of squares: mhc_post_res -> the next mhc_logits
   bool ss_fresh = false;  ///< ss holds the current state's sums (false until a layer's first post + residual)
+  bool logits_fresh = false;  ///< logits hold the current state's (the previous post + residual formed them)
   Tensor h_pre;      ///< [N, 4] f32
   Tensor h_post;     ///< [N, 4] f32
   Tensor h_res;      ///< [N, 16] f32
