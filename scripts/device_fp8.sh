@@ -240,8 +240,8 @@ case $phase in
     # The next branch's logits in the post + residual's pass (mhc_post_logits.cu): every test, the op table,
     # bench_moe's mHC rows at 272p, then the step (W8A8, FP8 attention and linears) at 272p with magi2_old
     # and magi2 REPS times (2), interleaved; RES540=1 also 540p with magi2.
-    # Every CUDA test binary in the bundle first (the device check of the code), test_cuda_fused's mHC lines.
-    for tb in ./test_cuda_*; do
+    # Every CUDA test binary in the bundle first (TESTS="names": those), test_cuda_fused's mHC lines.
+    for tb in ${TESTS:-./test_cuda_*}; do
       n=$(basename "$tb"); [ "$n" = test_cuda_backend_ops ] && continue
       step "$n" 300 "$tb"; summary "$n" 3
     done
