@@ -44,7 +44,7 @@ step() {  # name, timeout, command...
   echo "== $name rc=$r $(( $(date +%s) - t0 ))s"
 }
 summary() { grep -E '^\[  PASSED|^\[  FAILED|Failure|Expected|Which is|rror' "$out/$1.log" | head -${2:-12}; }
-bench_lines() { grep -E "^bench|step|attn.core|attn.proj|attn.glue|shared|split|dense|routed|ceiling|peak" "$out/$1.log" | head -${2:-14}; }
+bench_lines() { grep -E "^bench|step|mhc|router|attn.core|attn.proj|attn.glue|shared|split|dense|routed|ceiling|peak" "$out/$1.log" | head -${2:-14}; }
 case $phase in
   check)
     step attn 150 ./test_cuda_attn_cudnn --gtest_filter='*Flash*'
@@ -265,6 +265,54 @@ case $phase in
       # shellcheck disable=SC2086
       step step540 ${T1:-300} ./magi2 $b --resolutions 540p; bench_lines step540 14
     fi
+    ;;
+  mhc_forms)
+    # The one-pass mHC kernel's measurement forms (mhc_post_logits.cu PassForm): its tests with the L2
+    # prefetch, bench_moe --mhc with each form, the 272p step (magi2_old, then magi2 with FORM's knobs,
+    # default MAGI2_MHC_PASS_PREFETCH=256), then (unless NOPROF=1) prof_mhc. ~4 min.
+    step fused_pf 120 env MAGI2_MHC_PASS_PREFETCH=256 ./test_cuda_fused --gtest_filter='*Mhc*'; summary fused_pf 3
+    step dit_pf 120 env MAGI2_MHC_PASS_PREFETCH=256 ./test_cuda_dit_step; summary dit_pf 3
+    i=0
+    for f in "" "MAGI2_MHC_PASS_PREFETCH=128" "MAGI2_MHC_PASS_PREFETCH=256" \
+      "MAGI2_MHC_PASS_PREFETCH=256 MAGI2_MHC_PASS_STORE=plain" "MAGI2_MHC_PASS_STORE=plain" \
+      "MAGI2_MHC_PASS_MMA=off" "MAGI2_MHC_PASS_MMA=off MAGI2_MHC_PASS_PREFETCH=256" \
+      "MAGI2_MHC_POST_PARTS=8 MAGI2_MHC_PASS_PREFETCH=256"; do
+      i=$((i + 1))
+      # shellcheck disable=SC2086
+      step form$i 120 env $f ./bench_moe --mhc 29872
+      echo "-- form $i: ${f:-default}"
+      grep -E "one pass|pass alone|sums of squares from the post: (post|logits)|copy 2" "$out/form$i.log" | head -6
+    done
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    b="bench --weights fp8-experts --steps 2 --warmup 1 --attention-compute fp8 --fp8-compute w8a8 --linear-compute fp8"
+    [ "$mem" -gt 120000 ] && b="$b --full-model"
+    for r in $(seq "${REPS:-1}"); do
+      # shellcheck disable=SC2086
+      step step_old$r ${T1:-240} ./magi2_old $b --resolutions 272p; bench_lines step_old$r 14
+      # shellcheck disable=SC2086
+      step step_new$r ${T1:-240} env ${FORM:-MAGI2_MHC_PASS_PREFETCH=256} ./magi2 $b --resolutions 272p
+      bench_lines step_new$r 14
+    done
+    [ "${NOPROF:-0}" != 0 ] || bash "$0" prof_mhc
+    ;;
+  prof_mhc)
+    # Nsight Compute on the one-pass mHC kernel (post + residual with the next logits, and the pass alone)
+    # and the lean post + residual kernel beside it (bench_moe --mhc at 272p, one launch each): speed of
+    # light, memory, warp stalls, and the per-instruction stall samples. ~2 min.
+    ncu=/usr/local/cuda/bin/ncu
+    secs="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy --section SourceCounters --section ComputeWorkloadAnalysis"
+    i=0
+    for k in 'mhc_post_logits_kernel<\(bool\)1,' 'mhc_post_logits_kernel<\(bool\)0,' 'mhc_post_res_lean_kernel'; do
+      i=$((i + 1))
+      # shellcheck disable=SC2086
+      step prof_mhc$i 200 env ${PROF_FORM:-MAGI2_MHC_POST_PARTS=4} $ncu $secs --import-source no -f -o "$out/mhc$i" --kernel-name-base demangled \
+        -k "regex:$k" --launch-skip 2 --launch-count 1 ./bench_moe --mhc 29872
+      ./run.sh $ncu -i "$out/mhc$i.ncu-rep" --page source --csv --print-source sass > "$out/mhc${i}_sass.csv" 2>&1
+      ./run.sh $ncu -i "$out/mhc$i.ncu-rep" --page details --print-details all > "$out/mhc${i}_details.txt" 2>&1
+      grep -E "Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|Issue Slots|Registers Per|Achieved Occ|Stall|No Eligible" \
+        "$out/mhc${i}_details.txt" | head -16
+    done
+    rm -f "$out"/*.ncu-rep
     ;;
   final)
     # The device check of the session's last CUDA code: every CUDA test binary in the bundle, the op table,

@@ -10,6 +10,22 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
+/// The same copy with an L2 prefetch hint: the L2 fetches the whole aligned
+/// kPrefetch-byte piece (64, 128 or 256) around gmem, so a pattern that reads a
+/// row's 64-byte pieces over successive steps finds the next pieces in L2.
+template <int kPrefetch>
+__device__ __forceinline__ void cp_async16_prefetch(void* smem, const void* gmem) {
+  static_assert(kPrefetch == 0 || kPrefetch == 64 || kPrefetch == 128 || kPrefetch == 256, "L2 prefetch size");
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (kPrefetch == 0)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+  else if constexpr (kPrefetch == 64)
+    asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+  else if constexpr (kPrefetch == 128)
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+  else
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
 /// The same copy reading only `src_bytes` (0 or 16) of gmem and zero-filling the rest.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
