@@ -267,13 +267,13 @@ case $phase in
     fi
     ;;
   mhc_forms)
-    # The one-pass mHC kernel's measurement forms (mhc_post_logits.cu PassForm): its tests with the L2
-    # prefetch, bench_moe --mhc with each form, the 272p step (magi2_old, then magi2 with FORM's knobs,
-    # default MAGI2_MHC_PASS_PREFETCH=256), then (unless NOPROF=1) prof_mhc. ~4 min.
+    # The one-pass mHC kernel's forms (mhc_post_logits.cu PassForm; the default prefetches 128 bytes): its
+    # tests with the 256-byte prefetch, bench_moe --mhc with each form, the 272p step (magi2_old, then
+    # magi2 with FORM's knobs, default none set), then (unless NOPROF=1) prof_mhc. ~4 min.
     step fused_pf 120 env MAGI2_MHC_PASS_PREFETCH=256 ./test_cuda_fused --gtest_filter='*Mhc*'; summary fused_pf 3
     step dit_pf 120 env MAGI2_MHC_PASS_PREFETCH=256 ./test_cuda_dit_step; summary dit_pf 3
     i=0
-    for f in "" "MAGI2_MHC_PASS_PREFETCH=128" "MAGI2_MHC_PASS_PREFETCH=256" \
+    for f in "" "MAGI2_MHC_PASS_PREFETCH=none" "MAGI2_MHC_PASS_PREFETCH=256" \
       "MAGI2_MHC_PASS_PREFETCH=256 MAGI2_MHC_PASS_STORE=plain" "MAGI2_MHC_PASS_STORE=plain" \
       "MAGI2_MHC_PASS_MMA=off" "MAGI2_MHC_PASS_MMA=off MAGI2_MHC_PASS_PREFETCH=256" \
       "MAGI2_MHC_POST_PARTS=8 MAGI2_MHC_PASS_PREFETCH=256"; do
@@ -290,7 +290,7 @@ case $phase in
       # shellcheck disable=SC2086
       step step_old$r ${T1:-240} ./magi2_old $b --resolutions 272p; bench_lines step_old$r 14
       # shellcheck disable=SC2086
-      step step_new$r ${T1:-240} env ${FORM:-MAGI2_MHC_PASS_PREFETCH=256} ./magi2 $b --resolutions 272p
+      step step_new$r ${T1:-240} env ${FORM:-} ./magi2 $b --resolutions 272p
       bench_lines step_new$r 14
     done
     [ "${NOPROF:-0}" != 0 ] || bash "$0" prof_mhc

@@ -113,9 +113,11 @@ __global__ void __launch_bounds__(128)
                        h_res != nullptr ? h_res + r * ldhr : nullptr);
 }
 
-// Measurement forms of the pass (the same bytes, except kMma false): kPf the
-// L2 prefetch size of the state and o copies (0: none; 256: the L2 fetches a
-// row-stream's next three steps with the first), kCs the new rows' stores
+// Forms of the pass (the same bytes, except kMma false): kPf the L2 prefetch
+// size of the state and o copies (128, the default: the L2 fetches a
+// row-stream's next step with the first, since a step reads 64 bytes of each
+// row-stream; the pass 0.93 -> 0.78 ms a boundary at 272p, H100, docs/perf.md;
+// 0: none; 256: the next three steps, 0.83 ms), kCs the new rows' stores
 // evict-first (st.global.cs) or plain, kMma false skips the logits' products
 // (wrong logits: a diagnostic of the memory side only). Chosen by
 // MAGI2_MHC_PASS_PREFETCH, MAGI2_MHC_PASS_STORE and MAGI2_MHC_PASS_MMA (pass_form).
@@ -304,8 +306,8 @@ struct PassArgs {
 PassForm pass_form() {
   static const PassForm f = [] {
     PassForm r;
-    const int pf = env_choice("MAGI2_MHC_PASS_PREFETCH", {"none", "128", "256"});
-    r.pf = pf == 1 ? 128 : pf == 2 ? 256 : 0;
+    const int pf = env_choice("MAGI2_MHC_PASS_PREFETCH", {"128", "none", "256"});
+    r.pf = pf == 0 ? 128 : pf == 2 ? 256 : 0;
     r.cs = env_choice("MAGI2_MHC_PASS_STORE", {"cs", "plain"}) != 1;
     r.mma = env_choice("MAGI2_MHC_PASS_MMA", {"on", "off"}) != 1;
     return r;
