@@ -113,14 +113,7 @@ void mhc_post_res(const MhcPostResParams& p) {
               "mhc_post_res: expected bf16 state and o, f32 logits, h_post and h_res");
   MAGI2_CHECK(!p.ss.defined() || (p.ss.dtype() == DType::F32 && p.ss.numel() == t && p.ss.is_contiguous()),
               "mhc_post_res.ss: expected ", t, " contiguous f32 values");
-  if (p.next.logits.defined()) {  // the next logits' checks before the state changes
-    check_2d(p.next.logits, t, kLogits, "mhc_post_res.next.logits");
-    MAGI2_CHECK(p.next.logits.dtype() == DType::F32, "mhc_post_res.next.logits: expected f32");
-    check_groups(p.next.groups, t, "mhc_post_res.next");
-    vec(p.next.norm_w, vw * p.next.groups.count, "mhc_post_res.next.norm_w");
-    MAGI2_CHECK(p.next.phi.dtype() == DType::F32 && p.next.phi.shape() == Shape({vw, kLogits}),
-                "mhc_post_res.next.phi: expected [", vw, ", 24] f32, got ", shape_str(p.next.phi.shape()));
-  }
+  check_mhc_next(Device::CPU, p, t, vw);  // before the state changes
   const float ac_post = scalar(p.w->alpha_post, "mhc_alpha_post") * p.c;
   const float ac_res = scalar(p.w->alpha_res, "mhc_alpha_res") * p.c;
   const float* b_post = vec(p.w->bias_post, kStreams, "mhc_bias_post");

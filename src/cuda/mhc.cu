@@ -257,17 +257,7 @@ void mhc_post_res(const MhcPostResParams& p, cudaStream_t s, const FusedPaths* f
                                    p.ss.numel() == t && p.ss.is_contiguous()),
               "mhc_post_res.ss: expected ", t, " contiguous f32 values on the device");
   const bool next = p.next.logits.defined();
-  if (next) {  // mhc_logits' checks of the next logits, before any launch
-    const MhcLogitsParams& n = p.next;
-    check_2d(n.logits, t, kLogits, "mhc_post_res.next.logits");
-    check_groups(n.groups, t, "mhc_post_res.next");
-    MAGI2_CHECK(n.logits.dtype() == DType::F32, "mhc_post_res.next.logits: expected f32");
-    dev_f32(n.norm_w, vw * n.groups.count, "mhc_post_res.next.norm_w");
-    MAGI2_CHECK(n.phi.device() == Device::CUDA && n.phi.dtype() == DType::F32 &&
-                    n.phi.shape() == Shape({vw, kLogits}) && n.phi.is_contiguous(),
-                "mhc_post_res.next.phi: expected contiguous [", vw, ", 24] f32 on the device, got ",
-                shape_str(n.phi.shape()));
-  }
+  check_mhc_next(Device::CUDA, p, t, vw);  // before any launch
   if (t == 0) return;
   if (next && fast != nullptr && fast->mhc && fast->scratch != nullptr &&
       mhc_post_logits_fused(p, *fast->scratch, s))

@@ -28,6 +28,23 @@ void check_row_groups(const Groups& g, int64_t rows, const char* what) {
   for (int m = 0; m < g.count; ++m) MAGI2_CHECK(g.cu[m] <= g.cu[m + 1], what, ": row groups not ordered");
 }
 
+void check_mhc_next(Device device, const MhcPostResParams& p, int64_t rows, int64_t vw) {
+  const MhcLogitsParams& n = p.next;
+  if (!n.logits.defined()) return;
+  constexpr int64_t kLogits = 24;  // H_pre (4) + H_post (4) + H_res (16), spec §9
+  check_2d_on(device, n.logits, rows, kLogits, "mhc_post_res.next.logits");
+  MAGI2_CHECK(n.logits.dtype() == DType::F32, "mhc_post_res.next.logits: expected f32");
+  check_row_groups(n.groups, rows, "mhc_post_res.next");
+  const int64_t nw = vw * n.groups.count;
+  MAGI2_CHECK(n.norm_w.defined() && n.norm_w.device() == device && n.norm_w.dtype() == DType::F32 &&
+                  n.norm_w.numel() == nw && n.norm_w.is_contiguous(),
+              "mhc_post_res.next.norm_w: expected ", nw, " contiguous f32 values");
+  MAGI2_CHECK(n.phi.defined() && n.phi.device() == device && n.phi.dtype() == DType::F32 &&
+                  n.phi.shape() == Shape({vw, kLogits}) && n.phi.is_contiguous(),
+              "mhc_post_res.next.phi: expected contiguous [", vw, ", 24] f32, got ",
+              n.phi.defined() ? shape_str(n.phi.shape()) : std::string("nothing"));
+}
+
 void check_linear_fp8(Device device, const LinearParams& p) {
   MAGI2_CHECK(p.x.defined() && p.y.defined() && p.x.dim() == 2 && p.y.dim() == 2,
               "linear (FP8): x and y must be 2-D tensors");

@@ -20,6 +20,13 @@ const int32_t* check_index_on(Device device, const Tensor& t, int64_t n, const c
 /// Checks that the row groups cover `rows` rows in order (1 to 3 groups). Error names `what`.
 void check_row_groups(const Groups& g, int64_t rows, const char* what);
 
+/// Checks MhcPostResParams::next (ops.h) when next.logits is defined, for a
+/// state of `rows` rows and virtual width `vw` on `device`: logits f32 [rows,
+/// 24] with unit column stride, row groups covering `rows`, norm_w vw x groups
+/// contiguous f32 values, phi contiguous f32 [vw, 24]. One Error naming the
+/// operand (mhc_post_res.next.*) otherwise; nothing when next.logits is undefined.
+void check_mhc_next(Device device, const MhcPostResParams& p, int64_t rows, int64_t vw);
+
 /// Checks Fp8Rows for an activation [rows, cols] on `device`: q F8E4M3
 /// [rows, cols] and scale F32 [rows, cols / 128], both with unit column stride
 /// (row-strided ok), cols a multiple of 128. One Error naming `what` otherwise.
