@@ -81,10 +81,10 @@ timeout \${MAGI2_BENCH_TIMEOUT:-400} ./run.sh ./magi2 bench \${MAGI2_BENCH_ARGS:
 # One 1080p refiner forward at the release width, 4 of its 30 layers (docs/refiner.md "On CUDA").
 timeout \${MAGI2_REFINER_BENCH_TIMEOUT:-150} ./run.sh ./magi2 bench --stage refiner --layers 4 --steps 2 --warmup 0 \
   --json "\$OUT/bench_refiner.json" 2>&1 | tee "\$OUT/bench_refiner.log"
-# The Qwen3.5-27B text encoder at the release widths, 4 of its 62 feature layers, 300 and 2000 tokens (docs/cuda.md).
+# The Qwen3.5-27B text encoder at the release widths, 4 of its 62 feature layers, 300 and 2000 tokens (docs/cuda-stages.md).
 timeout \${MAGI2_TEXT_BENCH_TIMEOUT:-200} ./run.sh ./magi2 bench --stage text --layers 4 --steps 3 --warmup 1 \
   --json "\$OUT/bench_text.json" 2>&1 | tee "\$OUT/bench_text.log"
-# The codecs at the release widths on a 10 s clip (docs/cuda.md "The codecs on the GPU"): TurboVAE at 272p and
+# The codecs at the release widths on a 10 s clip (docs/cuda-stages.md "The codecs on the GPU"): TurboVAE at 272p and
 # 540p, Stable Audio Open, the Wan2.2 image encoder, with cuDNN's conv3d (the default); opt-in (MAGI2_DECODE_1080P=1,
 # about a minute more) TurboVAE on the 1080p refined latent (249 frames of 1920x1088) in its own call; then 272p
 # with our bit-exact kernel (MAGI2_CONV_KERNEL=own, also for test_cuda_decoders). Random weights are written once under /tmp.

@@ -1,4 +1,4 @@
-// The cuDNN path of conv3d (conv_cudnn.cpp; docs/cuda.md "The codecs on the
+// The cuDNN path of conv3d (conv_cudnn.cpp; docs/cuda-stages.md "The codecs on the
 // GPU"), the default (MAGI2_CONV_KERNEL=cudnn or unset; "own" runs conv3d.cu,
 // the CPU's bytes). Host-only header.
 #pragma once

@@ -30,7 +30,7 @@ void silu_mul(const SiluMulParams& p, cudaStream_t s);
 /// GatedDeltaRuleParams: the recurrent form of the gated delta rule, one block
 /// per (value head, 32 value columns) walking the tokens in order with its
 /// fp32 state slice in registers (delta_rule.cu). Algebraically the CPU's
-/// chunked UT form; fp32 rounding differs (docs/cuda.md has the bound).
+/// chunked UT form; fp32 rounding differs (docs/cuda-stages.md has the bound).
 void gated_delta_rule(const GatedDeltaRuleParams& p, cudaStream_t s);
 /// CausalAttentionParams. bf16 with contiguous q, k, v, o and head dims that
 /// are multiples of 8 up to 256: cuDNN SDPA (causal_attention_cudnn) unless

@@ -1,6 +1,6 @@
 // `magi2 bench --stage decode`: the shapes it times are the pipeline's (the
 // refiner's 1080p latent included), and bad --resolutions are one error line
-// before any GPU work. The timing itself needs a GPU (docs/cuda.md).
+// before any GPU work. The timing itself needs a GPU (docs/cuda-stages.md).
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -5,7 +5,7 @@
 // 17408) on 1024-2048 tokens where the CPU reference stays cheap, plus the
 // tiny golden widths (heads of 16 / 32) in fp32 and odd lengths. Operands are
 // laid out as TextModel passes them (column slices of the conv output and of
-// q_proj's per-head rows). Tolerances: docs/cuda.md (the text encoder's parity
+// q_proj's per-head rows). Tolerances: docs/cuda-stages.md (the text encoder's parity
 // table); "exact(3)": the exp-based ops, a handful of elements allowed as for the DiT's gate.
 #include <cmath>
 #include <string>

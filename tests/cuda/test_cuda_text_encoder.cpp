@@ -8,7 +8,7 @@
 // chunked: fp32 rounding), the rotary cos/sin (an fp32 ulp at times) and, in
 // bf16, cuDNN's attention rounding (--cuda-attention fp32: our bit-exact
 // kernel instead); the bf16 bound is the CPU backend's own against the
-// official golden (docs/cuda.md). Skips without a GPU.
+// official golden (docs/cuda-stages.md). Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
