@@ -61,6 +61,7 @@ class CudaBackend final : public Backend {
     conv_cudnn_ = conv_cudnn_selected();
     fused_ = {.mhc = fused_selected("MAGI2_MHC_KERNEL"), .router = fused_selected("MAGI2_ROUTER_KERNEL"),
               .scratch = scratch_.get(), .linear = linear_.get()};
+    swiglu7_fast_ = fused_selected("MAGI2_SWIGLU7_KERNEL");
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);  // pending ops may still use the workspace
@@ -170,7 +171,7 @@ class CudaBackend final : public Backend {
 
   void rms_norm(const RmsNormParams& p) override { cuda::rms_norm(p, stream_); }
   void linear(const LinearParams& p) override { linear_->run(p, stream_); }
-  void swiglu7(const SwiGLU7Params& p) override { cuda::swiglu7(p, stream_); }
+  void swiglu7(const SwiGLU7Params& p) override { cuda::swiglu7(p, stream_, swiglu7_fast_); }
   void mhc_logits(const MhcLogitsParams& p) override { cuda::mhc_logits(p, stream_, &fused_); }
   void mhc_pre(const MhcPreParams& p) override { cuda::mhc_pre(p, stream_, &fused_); }
   void mhc_post_res(const MhcPostResParams& p) override { cuda::mhc_post_res(p, stream_, &fused_); }
@@ -256,6 +257,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<ConvRunner> conv_;  // conv3d on cuDNN (conv_runner.h)
   bool conv_cudnn_ = false;           // MAGI2_CONV_KERNEL=cudnn
   FusedPaths fused_;  // MAGI2_MHC_KERNEL / MAGI2_ROUTER_KERNEL (fused_kernels.h)
+  bool swiglu7_fast_ = true;  // MAGI2_SWIGLU7_KERNEL=fused: the SFU sigmoid (cuda_common.h swiglu7)
 };
 
 // One captured step: an instantiated CUDA graph launched on the backend's stream.

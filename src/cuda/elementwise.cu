@@ -94,18 +94,28 @@ using dev::bf16x8_unpack;
 // kQ8 (SwiGLU7Params::z8, half a multiple of 128): a half-warp's 16 threads
 // hold one row's 1 x 128 group (a warp's indices are 32 consecutive ones and a
 // row holds a whole number of groups), quantised from the bf16 values stored:
-// z8q (row stride ldq) e4m3, z8s (row stride lds) f32.
-template <bool kQ8 = false>
+// z8q (row stride ldq) e4m3, z8s (row stride lds) f32. kFast: the sigmoid on
+// the SFU (dev::sigmoid_fast_f32), else the CPU's glibc-exact one: the exact
+// exp's table walk made this kernel bound by its instructions, not by DRAM
+// (Nsight Compute, H100: SM 80-84 %, DRAM 44-71 %; docs/perf.md).
+template <bool kQ8 = false, bool kFast = false>
 __global__ void swiglu7_vec_kernel(const uint16_t* __restrict__ u, int64_t ldu, uint16_t* __restrict__ z,
                                    int64_t ldz, uint32_t rows, uint32_t half8, uint8_t* __restrict__ z8q = nullptr,
                                    int64_t ldq = 0, float* __restrict__ z8s = nullptr, int64_t lds = 0) {
   // exp_f32's table in shared memory: a warp's 32 exponentials read up to 32
   // different entries, which the __constant__ copy would serialise.
   __shared__ uint64_t table[32];
-  dev::exp2_table_to_shared(table);
-  __syncthreads();
+  if constexpr (!kFast) {
+    dev::exp2_table_to_shared(table);
+    __syncthreads();
+  }
   const uint64_t* tab = table;
-  auto sig = [tab](float x) { return sigmoid_f32(x, tab); };
+  auto sig = [tab](float x) {
+    if constexpr (kFast)
+      return dev::sigmoid_fast_f32(x);
+    else
+      return sigmoid_f32(x, tab);
+  };
   const uint32_t n = rows * half8;
   for (uint32_t v = blockIdx.x * blockDim.x + threadIdx.x; v < n; v += gridDim.x * blockDim.x) {
     const uint32_t r = v / half8, c = v - r * half8;
@@ -308,7 +318,27 @@ void rms_norm(const RmsNormParams& p, cudaStream_t s) {
   if (q8) quantize_fp8_rows_of(p.y, p.y8, s, "rms_norm.y8");  // rows the one-pass kernel does not take
 }
 
-void swiglu7(const SwiGLU7Params& p, cudaStream_t s) {
+namespace {
+
+template <bool kFast>
+void launch_swiglu7_vec(const SwiGLU7Params& p, int64_t rows, int64_t half, bool q8, cudaStream_t s) {
+  const unsigned blocks = blocks_for(rows * half / 8);
+  if (q8)
+    swiglu7_vec_kernel<true, kFast><<<blocks, kThreads, 0, s>>>(
+        ptr<uint16_t>(p.u), p.u.row_stride(), ptr<uint16_t>(p.z), p.z.row_stride(), static_cast<uint32_t>(rows),
+        static_cast<uint32_t>(half / 8), ptr<uint8_t>(p.z8.q), p.z8.q.row_stride(), ptr<float>(p.z8.scale),
+        p.z8.scale.row_stride());
+  else
+    swiglu7_vec_kernel<false, kFast><<<blocks, kThreads, 0, s>>>(ptr<uint16_t>(p.u), p.u.row_stride(),
+                                                                 ptr<uint16_t>(p.z), p.z.row_stride(),
+                                                                 static_cast<uint32_t>(rows),
+                                                                 static_cast<uint32_t>(half / 8));
+  MAGI2_CUDA_CHECK_LAUNCH("swiglu7");
+}
+
+}  // namespace
+
+void swiglu7(const SwiGLU7Params& p, cudaStream_t s, bool fast) {
   const int64_t rows = p.u.size(0), half = p.z.size(1);
   check_2d(p.u, rows, 2 * half, "swiglu7.u");
   check_2d(p.z, rows, half, "swiglu7.z");
@@ -317,19 +347,13 @@ void swiglu7(const SwiGLU7Params& p, cudaStream_t s) {
   if (q8) check_fp8_rows(Device::CUDA, p.z8, rows, half, "swiglu7.z8");
   if (rows * half == 0) return;
   if (vec_rows(p.u) && vec_rows(p.z) && half % 8 == 0 && rows * (half / 8) < (int64_t{1} << 31)) {
-    const unsigned blocks = blocks_for(rows * half / 8);
-    if (q8 && reinterpret_cast<uintptr_t>(p.z8.q.data()) % 8 == 0 && p.z8.q.row_stride() % 8 == 0)
-      swiglu7_vec_kernel<true><<<blocks, kThreads, 0, s>>>(
-          ptr<uint16_t>(p.u), p.u.row_stride(), ptr<uint16_t>(p.z), p.z.row_stride(), static_cast<uint32_t>(rows),
-          static_cast<uint32_t>(half / 8), ptr<uint8_t>(p.z8.q), p.z8.q.row_stride(), ptr<float>(p.z8.scale),
-          p.z8.scale.row_stride());
+    // z's FP8 rows in the same pass where their rows are 8-byte aligned, else in a second pass.
+    const bool one_pass = q8 && reinterpret_cast<uintptr_t>(p.z8.q.data()) % 8 == 0 && p.z8.q.row_stride() % 8 == 0;
+    if (fast)
+      launch_swiglu7_vec<true>(p, rows, half, one_pass, s);
     else
-      swiglu7_vec_kernel<<<blocks, kThreads, 0, s>>>(ptr<uint16_t>(p.u), p.u.row_stride(), ptr<uint16_t>(p.z),
-                                                     p.z.row_stride(), static_cast<uint32_t>(rows),
-                                                     static_cast<uint32_t>(half / 8));
-    MAGI2_CUDA_CHECK_LAUNCH("swiglu7");
-    if (q8 && !(reinterpret_cast<uintptr_t>(p.z8.q.data()) % 8 == 0 && p.z8.q.row_stride() % 8 == 0))
-      quantize_fp8_rows_of(p.z, p.z8, s, "swiglu7.z8");
+      launch_swiglu7_vec<false>(p, rows, half, one_pass, s);
+    if (q8 && !one_pass) quantize_fp8_rows_of(p.z, p.z8, s, "swiglu7.z8");
     return;
   }
   swiglu7_kernel<<<blocks_for(rows * half), kThreads, 0, s>>>(ptr<uint16_t>(p.u), p.u.row_stride(),
