@@ -54,7 +54,8 @@ class SplitScratch {
 /// Which kernels an env switch selects: true = "fused", false = "reference";
 /// unset or empty = `fused_default`. Read once per process (the first call's
 /// default sticks); any other value is an Error naming the variable. The
-/// switches: MAGI2_MHC_KERNEL and MAGI2_ROUTER_KERNEL (default fused).
+/// switches: MAGI2_MHC_KERNEL, MAGI2_ROUTER_KERNEL and MAGI2_SWIGLU7_KERNEL (the
+/// SFU sigmoid, cuda_common.h swiglu7; default fused).
 /// MAGI2_MOE_KERNEL has three values and its own reader
 /// (MoeExpertsRunner::W13Kernel, mhc_moe.h). fused_paths.cpp.
 bool fused_selected(const char* env_name, bool fused_default = true);
