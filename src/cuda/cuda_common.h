@@ -70,7 +70,8 @@ inline unsigned launch_blocks(int64_t n, int64_t per, const char* what) {
 // Op entry points, one family per file; each enqueues on `s` and returns.
 void rms_norm(const RmsNormParams& p, cudaStream_t s);  // elementwise.cu
 /// swiglu7: `fast` takes the sigmoid on the SFU (sigmoid_fast_f32: a few fp32 ulp, so a rare bf16
-/// element moves by one ulp; MAGI2_SWIGLU7_KERNEL=fused), else the CPU's glibc-exact bytes. elementwise.cu.
+/// element moves by one ulp; MAGI2_SWIGLU7_KERNEL=fused) in the 16-byte kernel that serves aligned rows
+/// (the DiT's); otherwise, and for rows it cannot take, the CPU's glibc-exact bytes. elementwise.cu.
 void swiglu7(const SwiGLU7Params& p, cudaStream_t s, bool fast = false);
 void gate(const GateParams& p, cudaStream_t s);         // elementwise.cu
 void add(const AddParams& p, cudaStream_t s);           // elementwise.cu
