@@ -274,9 +274,7 @@ case $phase in
     step dit_pf 120 env MAGI2_MHC_PASS_PREFETCH=256 ./test_cuda_dit_step; summary dit_pf 3
     i=0
     for f in "" "MAGI2_MHC_PASS_PREFETCH=none" "MAGI2_MHC_PASS_PREFETCH=256" \
-      "MAGI2_MHC_PASS_PREFETCH=256 MAGI2_MHC_PASS_STORE=plain" "MAGI2_MHC_PASS_STORE=plain" \
-      "MAGI2_MHC_PASS_MMA=off" "MAGI2_MHC_PASS_MMA=off MAGI2_MHC_PASS_PREFETCH=256" \
-      "MAGI2_MHC_POST_PARTS=8 MAGI2_MHC_PASS_PREFETCH=256"; do
+      "MAGI2_MHC_POST_PARTS=8"; do
       i=$((i + 1))
       # shellcheck disable=SC2086
       step form$i 120 env $f ./bench_moe --mhc 29872

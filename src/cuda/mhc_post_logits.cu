@@ -113,25 +113,21 @@ __global__ void __launch_bounds__(128)
                        h_res != nullptr ? h_res + r * ldhr : nullptr);
 }
 
-// Forms of the pass (the same bytes, except kMma false): kPf the L2 prefetch
-// size of the state and o copies (128, the default: the L2 fetches a
-// row-stream's next step with the first, since a step reads 64 bytes of each
-// row-stream; the pass 0.93 -> 0.78 ms a boundary at 272p, H100, docs/perf.md;
-// 0: none; 256: the next three steps, 0.83 ms), kCs the new rows' stores
-// evict-first (st.global.cs) or plain, kMma false skips the logits' products
-// (wrong logits: a diagnostic of the memory side only). Chosen by
-// MAGI2_MHC_PASS_PREFETCH, MAGI2_MHC_PASS_STORE and MAGI2_MHC_PASS_MMA (pass_form).
-struct PassForm {
-  int pf = 0;
-  bool cs = true, mma = true;
-};
+// Forms of the pass (the same bytes): kPf the L2 prefetch size of the state
+// and o copies (128, the default: the L2 fetches a row-stream's next step with
+// the first, since a step reads 64 bytes of each row-stream; the pass 0.93 ->
+// 0.78 ms a boundary at 272p, H100, docs/perf.md; 0: none; 256: the next three
+// steps, 0.83 ms), chosen by MAGI2_MHC_PASS_PREFETCH (pass_prefetch). The
+// twenty-first to twenty-third sessions also measured plain stores of the new
+// rows (slower than evict-first) and a form without the logits' products (a
+// diagnostic with wrong logits); both were dropped once measured.
 
 // The pass (file comment, 3). split: the weight units of all groups; part_l
 // [parts, T, 24] and part_ss [parts, T] take the partial sums. kUpdate false:
 // the logits of the state as it is (mhc_logits_pass): o and coef unused,
 // nothing stored, the same products and sums in the same order, so a state
 // that the update wrote gets the same logits' bytes from either form.
-template <bool kUpdate, int kPf, bool kCs, bool kMma>
+template <bool kUpdate, int kPf>
 __global__ void __launch_bounds__(kThreads, 1)
     mhc_post_logits_kernel(uint16_t* state, int64_t lds, const uint16_t* __restrict__ o, int64_t ldo,
                            const float* __restrict__ coef, const uint4* __restrict__ split, int64_t d, int4 cu,
@@ -220,12 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (live[h]) {
           uint16_t* dst = state + (r0 + tok[h]) * lds + col;
 #pragma unroll
-          for (int i = 0; i < kStreams; ++i) {
-            if constexpr (kCs)
-              st_global_cs(dst + i * d, nw[h][i]);
-            else
-              *reinterpret_cast<uint4*>(dst + i * d) = nw[h][i];
-          }
+          for (int i = 0; i < kStreams; ++i) st_global_cs(dst + i * d, nw[h][i]);
         }
       } else {
 #pragma unroll
@@ -237,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // running sums (as the fused logits kernel: the tensor core's truncating alignment sees 96-term sums).
     const uint4* w = wring + st * kUnitsStep + lane;
 #pragma unroll
-    for (int i = 0; i < kStreams && kMma; ++i) {
+    for (int i = 0; i < kStreams; ++i) {
       float part[kLogitTiles][4] = {};
 #pragma unroll
       for (int s = 0; s < kSplits; ++s)
@@ -302,23 +293,19 @@ struct PassArgs {
   float* ss = nullptr;          // optional: the rows' sums of squares
 };
 
-// The measurement form of this process (PassForm; each knob read once).
-PassForm pass_form() {
-  static const PassForm f = [] {
-    PassForm r;
-    const int pf = env_choice("MAGI2_MHC_PASS_PREFETCH", {"128", "none", "256"});
-    r.pf = pf == 0 ? 128 : pf == 2 ? 256 : 0;
-    r.cs = env_choice("MAGI2_MHC_PASS_STORE", {"cs", "plain"}) != 1;
-    r.mma = env_choice("MAGI2_MHC_PASS_MMA", {"on", "off"}) != 1;
-    return r;
+// The L2 prefetch size of this process's pass (MAGI2_MHC_PASS_PREFETCH, read once).
+int pass_prefetch() {
+  static const int pf = [] {
+    const int c = env_choice("MAGI2_MHC_PASS_PREFETCH", {"128", "none", "256"});
+    return c == 1 ? 0 : c == 2 ? 256 : 128;  // unset: 128
   }();
-  return f;
+  return pf;
 }
 
 // Launches one form with kShared bytes of dynamic shared memory (opted in once per form).
-template <bool kUpdate, int kPf, bool kCs, bool kMma, class... Args>
+template <bool kUpdate, int kPf, class... Args>
 void launch_form(dim3 grid, cudaStream_t s, Args... args) {
-  constexpr auto kernel = mhc_post_logits_kernel<kUpdate, kPf, kCs, kMma>;
+  constexpr auto kernel = mhc_post_logits_kernel<kUpdate, kPf>;
   static const bool opted_in = [&] {
     MAGI2_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared)));
@@ -328,22 +315,16 @@ void launch_form(dim3 grid, cudaStream_t s, Args... args) {
   kernel<<<grid, kThreads, kShared, s>>>(args...);
 }
 
-// kUpdate's form as pass_form() asks (without the update the stores' kind does not apply).
+// kUpdate's form with this process's prefetch size.
 template <bool kUpdate, class... Args>
 void launch_pass(dim3 grid, cudaStream_t s, Args... args) {
-  const PassForm f = pass_form();
-  if (!f.mma)
-    f.pf == 256 ? launch_form<kUpdate, 256, true, false>(grid, s, args...)
-                : launch_form<kUpdate, 0, true, false>(grid, s, args...);
-  else if (f.pf == 128)
-    f.cs || !kUpdate ? launch_form<kUpdate, 128, true, true>(grid, s, args...)
-                     : launch_form<kUpdate, 128, false, true>(grid, s, args...);
-  else if (f.pf == 256)
-    f.cs || !kUpdate ? launch_form<kUpdate, 256, true, true>(grid, s, args...)
-                     : launch_form<kUpdate, 256, false, true>(grid, s, args...);
+  const int pf = pass_prefetch();
+  if (pf == 128)
+    launch_form<kUpdate, 128>(grid, s, args...);
+  else if (pf == 256)
+    launch_form<kUpdate, 256>(grid, s, args...);
   else
-    f.cs || !kUpdate ? launch_form<kUpdate, 0, true, true>(grid, s, args...)
-                     : launch_form<kUpdate, 0, false, true>(grid, s, args...);
+    launch_form<kUpdate, 0>(grid, s, args...);
 }
 
 void run_pass(const PassArgs& a, int64_t t, int64_t vw, SplitScratch& scratch, cudaStream_t s,
