@@ -167,6 +167,7 @@ std::vector<Case> flash_cases() {
       {"1-token and empty samples, lengths 1..3000", {0, 1, 1, 3001, 3018, 3018, 3531}, 8, 128, 0, 1.f, 0.f},
       {"samples of whole tiles", {0, 128, 384, 640}, 4, 128, 0, 1.f, 0.f},
       {"peaky softmax", {0, 700}, 4, 128, 0, 4.f, 0.f},
+      {"last chunks of 100 and 72 keys", {0, 100, 300}, 4, 128, 0, 1.f, 0.f},
   };
 }
 
