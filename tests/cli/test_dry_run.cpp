@@ -8,6 +8,7 @@
 
 #include "io/mmap_file.h"
 #include "util/cli.h"
+#include "util/media_probe.h"
 
 namespace magi2::test {
 namespace {
@@ -24,6 +25,7 @@ CliRun run(const std::string& cmd) {
 }
 
 TEST(DryRun, PrintsThePlanAndWritesNothingElse) {
+  SKIP_WITHOUT_MP4();  // the plan is for -o *.mp4, which a build without FFmpeg refuses up front
   const std::string dir = temp_dir("dry_run");
   const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --dry-run --metrics " + dir + "/plan.json"));
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -49,6 +51,7 @@ TEST(DryRun, PrintsThePlanAndWritesNothingElse) {
 // The CUDA FP8 linear needs widths that are multiples of 128; the tiny model's
 // are not. The dry run says so (exit 0, as for a plan that does not fit).
 TEST(DryRun, SaysWhatTheGpuCannotRun) {
+  SKIP_WITHOUT_MP4();  // the plan is for -o *.mp4, which a build without FFmpeg refuses up front
   const std::string dir = temp_dir("dry_run_fp8");
   const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --dry-run --device cuda --max-device-memory 40GiB "
                             "--linear-compute fp8 --metrics " + dir + "/plan.json"));
@@ -65,6 +68,7 @@ TEST(DryRun, SaysWhatTheGpuCannotRun) {
 }
 
 TEST(DryRun, PlansForAGpuAnywhere) {
+  SKIP_WITHOUT_MP4();  // the plan is for -o *.mp4, which a build without FFmpeg refuses up front
   const std::string dir = temp_dir("dry_run_gpu");
   const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --dry-run --device cuda --max-device-memory 40GiB "
                             "--resolution 540p --image " + golden_dir() + "/wan22_vae_encoder_tiny/ref_image.png"));
@@ -86,6 +90,7 @@ TEST(DryRun, LayerwiseOffloadPinsTheLayersOnTheHost) {
 }
 
 TEST(DryRun, TooSmallABudgetStopsBeforeLoading) {
+  SKIP_WITHOUT_MP4();  // the plan is for -o *.mp4, which a build without FFmpeg refuses up front
   const std::string dir = temp_dir("dry_run_small");
   const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --device cpu --max-device-memory 64KiB --metrics " + dir +
                             "/m.json"));

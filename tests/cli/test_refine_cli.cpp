@@ -36,6 +36,7 @@ std::string video_hash(const std::string& out) {
 const std::string kSize = " --width 64 --height 32 --refiner-width 128 --refiner-height 64 --seconds 1 ";
 
 TEST(RefineCli, GenerateAt1080pAndRefineFromSavedLatents) {
+  SKIP_WITHOUT_MP4();
   const std::string dir = temp_dir("refine_cli");
   // The preview alone, its latents saved.
   run("generate --model builtin:tiny --prompt 'a red kite' --resolution 540p" + kSize + "--num-inference-steps 2 "

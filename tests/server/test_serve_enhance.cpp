@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "util/fake_openai.h"
+#include "util/media_probe.h"
 #include "util/testing.h"
 
 extern char** environ;
@@ -108,6 +109,7 @@ const nlohmann::json kRequest = {{"prompt", "A red fox in the snow."},
                                  {"enhance_prompt", true}};
 
 TEST(ServerEnhance, JobWithEnhancePromptCompletes) {
+  SKIP_WITHOUT_MP4();  // the job's video is an MP4
   FakeOpenAI pe;
   pe.script({{200, chat_answer(t2v_caption())}});
   Serve serve({"--pe-base-url", pe.base_url()});

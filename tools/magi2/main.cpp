@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "media/mp4.h"
 
 namespace {
 
@@ -35,7 +36,14 @@ int fail(const std::string& msg) {
 int main(int argc, char** argv) {
   CLI::App app{"magi2: MAGI-2 Preview audio+video inference engine", "magi2"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "magi2 0.1.0");
+  // The build's optional parts, so scripts and tests can tell what it writes (README "Command line").
+#ifdef MAGI2_HAVE_CUDA
+  constexpr const char* kCuda = "on";
+#else
+  constexpr const char* kCuda = "off";
+#endif
+  app.set_version_flag("--version", magi2::str_cat("magi2 0.1.0 (MP4 via FFmpeg: ", magi2::mp4_supported() ? "on" : "off",
+                                                   "; CUDA: ", kCuda, ")"));
   std::vector<magi2::cli::Command> cmds = magi2::cli::all_commands();
   for (auto& c : cmds) c.add(app);
   // CLI11 reports an unknown subcommand as "A subcommand is required"; name it instead.
