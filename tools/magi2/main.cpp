@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
 #else
   constexpr const char* kCuda = "off";
 #endif
-  app.set_version_flag("--version", magi2::str_cat("magi2 0.1.0 (MP4 via FFmpeg: ", magi2::mp4_supported() ? "on" : "off",
-                                                   "; CUDA: ", kCuda, ")"));
+  const char* mp4 = magi2::mp4_supported() ? "on" : "off";
+  app.set_version_flag("--version", magi2::str_cat("magi2 0.1.0 (MP4 via FFmpeg: ", mp4, "; CUDA: ", kCuda, ")"));
   std::vector<magi2::cli::Command> cmds = magi2::cli::all_commands();
   for (auto& c : cmds) c.add(app);
   // CLI11 reports an unknown subcommand as "A subcommand is required"; name it instead.
