@@ -21,7 +21,9 @@ if [ ! -x "$bin" ] || [ ! -x "$dir/nvidia/cu13/bin/nvdisasm" ]; then  # -sass ru
 fi
 export PATH=$dir/nvidia/cu13/bin:$PATH
 if [ $# -lt 2 ]; then
-  "$bin" -res-usage "$file" | grep -E "Function|REG" | paste - - | sed -E 's/^ *Function ([^:]*):/\1/' | cut -c1-200
+  # Registers and STACK (spills and local arrays, bytes) first: the mangled names are long.
+  "$bin" -res-usage "$file" | grep -E "Function|REG" | paste - - |
+    sed -E 's/^ *Function ([^:]*):.*(REG:[0-9]+) (STACK:[0-9]+) SHARED:[0-9]+ (LOCAL:[0-9]+).*/\2 \3 \4 \1/' | cut -c1-160
   exit 0
 fi
 name=$("$bin" -sass "$file" | awk '/Function :/ {print $3}' | grep -F -- "$2" | head -n1)
