@@ -26,7 +26,7 @@ if [ $# -lt 2 ]; then
     sed -E 's/^ *Function ([^:]*):.*(REG:[0-9]+) (STACK:[0-9]+) SHARED:[0-9]+ (LOCAL:[0-9]+).*/\2 \3 \4 \1/' | cut -c1-160
   exit 0
 fi
-name=$("$bin" -sass "$file" | awk '/Function :/ {print $3}' | grep -F -- "$2" | head -n1)
+name=$("$bin" -sass "$file" | awk '/Function :/ {print $3}' | { grep -F -- "$2" || true; } | head -n1)
 [ -n "$name" ] || { echo "sass.sh: no kernel matching '$2' in $file" >&2; exit 1; }
 out=/tmp/sass.$(echo "$2" | tr -c 'A-Za-z0-9_\n' _).txt
 "$bin" -sass -fun "$name" "$file" > "$out"

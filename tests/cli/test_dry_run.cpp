@@ -1,6 +1,8 @@
 // `magi2 generate --dry-run` prints the memory plan and exits 0 without
 // loading weights; --max-device-memory too small stops the run before loading
 // with one line saying what would fit (engine/memory_plan.h).
+// The plans are for -o *.mp4, which a build without FFmpeg refuses up front:
+// those tests skip there (SKIP_WITHOUT_MP4).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -25,7 +27,7 @@ CliRun run(const std::string& cmd) {
 }
 
 TEST(DryRun, PrintsThePlanAndWritesNothingElse) {
-  SKIP_WITHOUT_MP4();  // the plan is for -o *.mp4, which a build without FFmpeg refuses up front
+  SKIP_WITHOUT_MP4();
   const std::string dir = temp_dir("dry_run");
   const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --dry-run --metrics " + dir + "/plan.json"));
   ASSERT_EQ(r.rc, 0) << r.out;
@@ -51,7 +53,7 @@ TEST(DryRun, PrintsThePlanAndWritesNothingElse) {
 // The CUDA FP8 linear needs widths that are multiples of 128; the tiny model's
 // are not. The dry run says so (exit 0, as for a plan that does not fit).
 TEST(DryRun, SaysWhatTheGpuCannotRun) {
-  SKIP_WITHOUT_MP4();  // the plan is for -o *.mp4, which a build without FFmpeg refuses up front
+  SKIP_WITHOUT_MP4();
   const std::string dir = temp_dir("dry_run_fp8");
   const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --dry-run --device cuda --max-device-memory 40GiB "
                             "--linear-compute fp8 --metrics " + dir + "/plan.json"));
@@ -68,7 +70,7 @@ TEST(DryRun, SaysWhatTheGpuCannotRun) {
 }
 
 TEST(DryRun, PlansForAGpuAnywhere) {
-  SKIP_WITHOUT_MP4();  // the plan is for -o *.mp4, which a build without FFmpeg refuses up front
+  SKIP_WITHOUT_MP4();
   const std::string dir = temp_dir("dry_run_gpu");
   const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --dry-run --device cuda --max-device-memory 40GiB "
                             "--resolution 540p --image " + golden_dir() + "/wan22_vae_encoder_tiny/ref_image.png"));
@@ -90,7 +92,7 @@ TEST(DryRun, LayerwiseOffloadPinsTheLayersOnTheHost) {
 }
 
 TEST(DryRun, TooSmallABudgetStopsBeforeLoading) {
-  SKIP_WITHOUT_MP4();  // the plan is for -o *.mp4, which a build without FFmpeg refuses up front
+  SKIP_WITHOUT_MP4();
   const std::string dir = temp_dir("dry_run_small");
   const CliRun r = run(tiny("-o " + dir + "/fox.mp4 --device cpu --max-device-memory 64KiB --metrics " + dir +
                             "/m.json"));
