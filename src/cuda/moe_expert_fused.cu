@@ -90,8 +90,8 @@ struct alignas(1024) Smem {
   Bf16 x[kElemsX];
   Bf16 w13[kStages13][kElemsW13];
   Bf16 w2[kStages2][kElemsW2];
-  ExpertRing<kStages13> ring13;
-  ExpertRing<kStages2> ring2;
+  StageRing<kStages13> ring13;
+  StageRing<kStages2> ring2;
 };
 constexpr size_t kSmemBytes = sizeof(Smem) + 1024;  // + the base's alignment to the swizzle atoms
 

@@ -100,7 +100,7 @@ struct alignas(1024) Smem {
   E4m3 x[kElemsX];
   E4m3 w13[kStages][kElemsW13];
   E4m3 w2[kStages][kNB][kElemsW2];
-  ExpertRing<kStages> ring13, ring2;
+  StageRing<kStages> ring13, ring2;
   float down_scale[kMaxKB][kNB];  // W_down's block scales of the tile's expert, then Z's factors
   float unscale[kNB];
 };
