@@ -2,8 +2,9 @@
 // bf16; moe_expert_fused_fp8.cu: W8A8). Tiles: a tile is <= kExpertTileRows
 // routed rows of one flat expert, tiles numbered in expert order; one kernel
 // scans the expert offsets into tile starts and each CTA finds its tile by a
-// binary search. Rings (stage_ring.cuh): the weight chunks stream from one producer thread's
-// TMA loads to the consumer warps through shared-memory stages. Device code.
+// binary search. Rings (stage_ring.cuh): the weight chunks stream from one
+// producer thread's TMA loads to the consumer warps through shared-memory
+// stages. Device code.
 #pragma once
 
 #include <cstdint>
