@@ -1,10 +1,9 @@
 // A ring of shared-memory stages fed by one producer thread's TMA
 // copies and read by consumer warps through mbarrier full/empty pairs: the
-// fused routed-expert kernels' weight chunks (and, on branch
-// s28-router-gate-ring, the fused router's gate). The mbarrier instructions
-// are those of CUTLASS's ClusterBarrier and ClusterTransactionBarrier
-// (cutlass/arch/barrier.h), written out so that kernels built without the
-// CUTLASS headers can share the ring; the expert kernels' SASS is unchanged.
+// fused routed-expert kernels' weight chunks, the fused router's gate. The
+// mbarrier instructions are those of CUTLASS's ClusterBarrier and
+// ClusterTransactionBarrier (cutlass/arch/barrier.h), written out so that
+// kernels built without the CUTLASS headers (the router) share the ring.
 // Device code; include only from .cu files.
 #pragma once
 
