@@ -2,7 +2,7 @@
 # Session 28: the router's gate from global memory (MAGI2_ROUTER_GATE=global), through a shared-memory ring
 # (ring, the default) and with the block's r rows in shared memory too (ring_r). Runs from the bundle folder
 # (build-Fk3: the branch's magi2, bench_moe and CUDA tests, golden/dit_tiny, run.sh); BUDGET in seconds.
-here=$(cd "$(dirname "$0")" && pwd); cd "$here"
+here=$(cd "$(dirname "$0")" && pwd); cd "$here" || exit 1
 export MAGI2_GOLDEN_DIR=$here/golden MAGI2_FIXTURE_DIR=$here/fixtures
 start=$(date +%s); BUDGET=${BUDGET:-250}; left() { echo $(( BUDGET - ($(date +%s) - start) )); }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
