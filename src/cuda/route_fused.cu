@@ -517,7 +517,7 @@ __device__ __forceinline__ void route_logits_t(const uint16_t* __restrict__ r, i
       const uint4* st;  // stage i: unit ((s 4 + eq) 2 + u) 32 + lane
       if constexpr (kStaged) {
         // Refill the slot of stage i - 1 (every warp is past it, or at most one stage behind) with stage
-        // i + kGateRing - 1.
+        // i + kSlots - 1.
         const int next = i + kSlots - 1;
         if (threadIdx.x == 0 && next < stages) gate_stage_issue<kSlots>(gr, ring, head_split, next);
         gr.wait(i);
