@@ -1,4 +1,4 @@
-// A ring of shared-memory stages fed by one producer thread's TMA
+// A ring of shared-memory stages fed by one producer thread's TMA or bulk
 // copies and read by consumer warps through mbarrier full/empty pairs: the
 // fused routed-expert kernels' weight chunks, the fused router's gate. The
 // mbarrier instructions are those of CUTLASS's ClusterBarrier and
@@ -38,6 +38,20 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 }
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("{\n\tmbarrier.arrive.expect_tx.shared::cta.b64 _, [%1], %0; \n\t}" ::"r"(bytes), "r"(smem_addr(bar)));
+}
+
+/// After one thread's mbarrier_init calls, before the block barrier that
+/// publishes them: makes the initialisation visible to the async proxy.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("{\n\tfence.mbarrier_init.release.cluster; \n}" ::);
+}
+/// One bulk copy of `bytes` (a multiple of 16; both addresses 16-byte
+/// aligned) from global to shared memory, completing on `bar`'s transaction count.
+__device__ __forceinline__ void bulk_copy_g2s(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(smem)),
+               "l"(gmem), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
 }
 
 }  // namespace dev
