@@ -8,10 +8,8 @@
 // the tensor cores; reads 183 MB of r.
 #include <cstdint>
 
-#include "cuda/cp_async.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
-#include "cuda/env_choice.h"
 #include "cuda/fused_kernels.h"
 #include "cuda/mma_split.cuh"
 #include "cuda/route_select.cuh"
@@ -427,24 +425,20 @@ constexpr int kGmLd = 36;  // group maxima row stride: the lanes' stores hit 32 
 // head's split gate through a ring of kGateRing stages in shared memory with
 // bulk copies (one stage: a chunk's 3 split terms of one m-tile of every
 // expert quarter), and the warps read their fragments from there. The ring
-// lives where the scores go once the logits are done.
+// lives where the scores go once the logits are done. H200, 272p: 0.743 ->
+// 0.561 ms (bench_moe 29872); also staging the block's r rows in shared
+// memory gained nothing (0.564 ms; twenty-ninth session, docs/perf.md).
 constexpr int kGateRing = 5;
 constexpr int kGateStageBytes = kSplits * 4 * 2 * 32 * 16;  // 12 KB
-// Gate modes: 0 global loads, 1 the ring, 2 the ring (one slot fewer) and the
-// block's r rows in shared memory too (d_head <= kRsMaxDh; rows padded by
-// 64 bytes, so a quarter warp's two rows fall on distinct banks).
-constexpr int kRsMaxDh = 256, kRsPad = 32;
-__host__ __device__ constexpr int gate_slots(int mode) { return mode == 2 ? kGateRing - 1 : kGateRing; }
-constexpr int kGateRingRBytes = (kGateRing - 1) * kGateStageBytes + kRtTokens * (kRsMaxDh + kRsPad) * 2;
+constexpr int kGateRingBytes = kGateRing * kGateStageBytes;
 
 /// Stage `i` of the head's split gate into its slot of `ring` (thread 0
-/// only): waits for the slot (stage i - kSlots released), arms it and issues
+/// only): waits for the slot (stage i - kGateRing released), arms it and issues
 /// one bulk copy.
-template <int kSlots>
-__device__ __forceinline__ void gate_stage_issue(StageRing<kSlots>& gr, uint4* ring, const uint4* head_split, int i) {
+__device__ __forceinline__ void gate_stage_issue(StageRing<kGateRing>& gr, uint4* ring, const uint4* head_split, int i) {
   uint64_t* full = gr.acquire(i, kGateStageBytes);
-  bulk_copy_g2s(ring + (i % kSlots) * (kGateStageBytes / 16), head_split + static_cast<int64_t>(i) * (kGateStageBytes / 16),
-                kGateStageBytes, full);
+  bulk_copy_g2s(ring + (i % kGateRing) * (kGateStageBytes / 16),
+                head_split + static_cast<int64_t>(i) * (kGateStageBytes / 16), kGateStageBytes, full);
 }
 
 /// The fp32 logits of block (blockIdx.x, head blockIdx.y) in registers: warp
@@ -452,17 +446,13 @@ __device__ __forceinline__ void gate_stage_issue(StageRing<kSlots>& gr, uint4* r
 /// x experts E/4 eq + [0, E/4) (m-tiles mt of 16) over the whole d_head;
 /// acc[mt][nt][c] is expert E/4 eq + 16 mt + g + 8 (c / 2), token
 /// 32 tg + 8 nt + 2 (lane % 4) + c % 2 (the C fragment, g = lane / 4).
-/// kMode (gate modes above) 1, 2: the A fragments through the gate ring
-/// (`ring`, `gr`; initialised and synchronised by the caller); 0: straight
-/// from global memory.
-template <int NE, int kMode>
+/// The A fragments come through the gate ring (`ring`, `gr`; initialised and
+/// synchronised by the caller), the B fragments (r) straight from global memory.
+template <int NE>
 __device__ __forceinline__ void route_logits_t(const uint16_t* __restrict__ r, int64_t ldr,
                                                const uint4* __restrict__ split, int64_t t, int64_t dh,
-                                               float (&acc)[NE / 64][4][4], StageRing<gate_slots(kMode)>& gr,
-                                               uint4* ring) {
+                                               float (&acc)[NE / 64][4][4], StageRing<kGateRing>& gr, uint4* ring) {
   constexpr int kMtw = NE / 64;
-  constexpr bool kStaged = kMode != 0;
-  constexpr int kSlots = gate_slots(kMode);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
   const int tg = warp >> 2, eq = warp & 3;
   // The lane's tokens tok0 + 8 nt; rows past T load row T - 1 instead (no
@@ -477,28 +467,12 @@ __device__ __forceinline__ void route_logits_t(const uint16_t* __restrict__ r, i
   const int stages = static_cast<int>(nq) * kMtw;
   // Every chunk's r into L2 at once (the 4 lanes of a token: one 128-byte line
   // each), so that only the first chunk waits for DRAM.
-  if (kMode != 2 && 64 * cq < dh)
+  if (64 * cq < dh)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) asm volatile("prefetch.global.L2 [%0];" ::"l"(rq + off[nt] + 56 * cq));
   const uint4* head_split = split + static_cast<int64_t>(blockIdx.y) * stages * (kGateStageBytes / 16);
-  if (kStaged && threadIdx.x == 0)
-    for (int i = 0; i < kSlots - 1 && i < stages; ++i) gate_stage_issue<kSlots>(gr, ring, head_split, i);
-  // kMode 2: the block's 64 rows of r (row T - 1 past T) into shared memory, row stride dh + kRsPad.
-  uint16_t* rs = reinterpret_cast<uint16_t*>(ring + kSlots * (kGateStageBytes / 16));
-  const int rs_ld = static_cast<int>(dh) + kRsPad;
-  if constexpr (kMode == 2) {
-    const int pieces = static_cast<int>(dh) / 8;
-    const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRtTokens;
-    for (int p = threadIdx.x; p < kRtTokens * pieces; p += blockDim.x) {
-      const int row = p / pieces, piece = p % pieces;
-      const int64_t n = n0 + row < t ? n0 + row : t - 1;
-      cp_async16(rs + row * rs_ld + piece * 8, r + n * ldr + static_cast<int64_t>(blockIdx.y) * dh + piece * 8);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-  }
-  const uint16_t* rsw = rs + (tg * 32 + g) * rs_ld + 8 * cq;  // the lane's first row, kMode 2
+  if (threadIdx.x == 0)
+    for (int i = 0; i < kGateRing - 1 && i < stages; ++i) gate_stage_issue(gr, ring, head_split, i);
 #pragma unroll
   for (int mt = 0; mt < kMtw; ++mt)
 #pragma unroll
@@ -508,41 +482,31 @@ __device__ __forceinline__ void route_logits_t(const uint16_t* __restrict__ r, i
   for (int64_t q = 0; q < nq; ++q, rq += kChunkK) {
     uint4 b[4];  // mma step u: b0, b1 = words 2u, 2u + 1
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-      b[nt] = kMode == 2 ? *reinterpret_cast<const uint4*>(rsw + 8 * nt * rs_ld + q * kChunkK)
-                         : __ldg(reinterpret_cast<const uint4*>(rq + off[nt]));
+    for (int nt = 0; nt < 4; ++nt) b[nt] = __ldg(reinterpret_cast<const uint4*>(rq + off[nt]));
 #pragma unroll
     for (int mt = 0; mt < kMtw; ++mt) {
       const int i = static_cast<int>(q) * kMtw + mt;
-      const uint4* st;  // stage i: unit ((s 4 + eq) 2 + u) 32 + lane
-      if constexpr (kStaged) {
-        // Refill the slot of stage i - 1 (every warp is past it, or at most one stage behind) with stage
-        // i + kSlots - 1.
-        const int next = i + kSlots - 1;
-        if (threadIdx.x == 0 && next < stages) gate_stage_issue<kSlots>(gr, ring, head_split, next);
-        gr.wait(i);
-        __syncwarp();  // the stage's reads stay after the wait (its asm has no memory clobber)
-        st = ring + (i % kSlots) * (kGateStageBytes / 16);
-      } else {
-        st = head_split + static_cast<int64_t>(i) * (kGateStageBytes / 16);
-      }
-      st += eq * 64 + lane;
+      // Refill the slot of stage i - 1 (every warp is past it, or at most one stage behind) with stage
+      // i + kGateRing - 1.
+      const int next = i + kGateRing - 1;
+      if (threadIdx.x == 0 && next < stages) gate_stage_issue(gr, ring, head_split, next);
+      gr.wait(i);
+      __syncwarp();  // the stage's reads stay after the wait (its asm has no memory clobber)
+      // stage i: unit ((s 4 + eq) 2 + u) 32 + lane
+      const uint4* st = ring + (i % kGateRing) * (kGateStageBytes / 16) + eq * 64 + lane;
       // As route_logits_mma: a chunk's three split terms on a zeroed accumulator,
       // then one IEEE add into the running sum.
       float part[4][4] = {};
 #pragma unroll
       for (int s = 0; s < kSplits; ++s) {
-        const uint4 a0 = kStaged ? st[s * 256] : __ldg(st + s * 256);
-        const uint4 a1 = kStaged ? st[s * 256 + 32] : __ldg(st + s * 256 + 32);
+        const uint4 a0 = st[s * 256], a1 = st[s * 256 + 32];
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) mma_bf16_16816(part[nt], a0.x, a0.y, a0.z, a0.w, b[nt].x, b[nt].y);
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) mma_bf16_16816(part[nt], a1.x, a1.y, a1.z, a1.w, b[nt].z, b[nt].w);
       }
-      if constexpr (kStaged) {
-        __syncwarp();  // the warp's reads of the stage are done (the arrive releases them)
-        gr.release(i, lane == 0);
-      }
+      __syncwarp();  // the warp's reads of the stage are done (the arrive releases them)
+      gr.release(i, lane == 0);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -554,13 +518,13 @@ __device__ __forceinline__ void route_logits_t(const uint16_t* __restrict__ r, i
 /// kFiltered's dynamic shared memory in floats: the scores (part C and the
 /// fallback rows) or, before them, the gate ring; then the head's bias.
 __host__ __device__ constexpr int filtered_bias_offset(int ne) {
-  return kRtTokens * score_ld(ne) > kGateRingRBytes / 4 ? kRtTokens * score_ld(ne) : kGateRingRBytes / 4;
+  return kRtTokens * score_ld(ne) > kGateRingBytes / 4 ? kRtTokens * score_ld(ne) : kGateRingBytes / 4;
 }
 size_t route_filtered_shared(int ne) { return (static_cast<size_t>(filtered_bias_offset(ne)) + ne) * 4; }
 
 // Grid (ceil(T / 64), MH), 256 threads; dynamic shared memory
 // route_filtered_shared(NE).
-template <int NE, int kMode>
+template <int NE>
 __global__ void __launch_bounds__(kRtWarps * 32, 2)
     moe_route_filtered_t_kernel(const uint16_t* __restrict__ r, int64_t ldr, const uint4* __restrict__ split,
                                 const float* __restrict__ bias, int32_t* __restrict__ idx_out,
@@ -574,19 +538,18 @@ __global__ void __launch_bounds__(kRtWarps * 32, 2)
   __shared__ FilterShared fs;
   __shared__ __align__(16) float gmax[kRtTokens][kGmLd];  // [row][eq * 8 + g]
   __shared__ __align__(16) float thr_s[kRtTokens];
-  __shared__ StageRing<gate_slots(kMode)> gr;
-  constexpr bool kStaged = kMode != 0;
-  if (kStaged && threadIdx.x == 0) {
+  __shared__ StageRing<kGateRing> gr;
+  if (threadIdx.x == 0) {
     gr.init(kRtWarps);
     fence_mbarrier_init();  // visible to the bulk copies
   }
   filter_prologue(fs, bias, bs, NE);
-  if (kStaged) __syncthreads();  // the ring's barriers
+  __syncthreads();  // the ring's barriers
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kRtTokens;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, cq = lane & 3;
   const int tg = warp >> 2, eq = warp & 3;
   float acc[kMtw][4][4];
-  route_logits_t<NE, kMode>(r, ldr, split, t, dh, acc, gr, reinterpret_cast<uint4*>(smem_rt));
+  route_logits_t<NE>(r, ldr, split, t, dh, acc, gr, reinterpret_cast<uint4*>(smem_rt));
   __syncthreads();  // bs; the ring's last reads before the scores overwrite it
 
   // A: the raw logits to sc, A = a + bias in place of them, the lane's group maxima per token.
@@ -670,26 +633,14 @@ using RouteKernelT = void (*)(const uint16_t*, int64_t, const uint4*, const floa
                               const int32_t*, float*, int64_t, int, int64_t, float, bool);
 
 /// kFiltered's kernel for E experts per head, or nullptr for the widths it does not take.
-template <int NE>
-RouteKernelT filtered_t_mode(int mode) {
-  return mode == 0 ? moe_route_filtered_t_kernel<NE, 0>
-                   : (mode == 1 ? moe_route_filtered_t_kernel<NE, 1> : moe_route_filtered_t_kernel<NE, 2>);
-}
-RouteKernelT filtered_t_kernel(int ne, int mode) {
+RouteKernelT filtered_t_kernel(int ne) {
   switch (ne) {
-    case 64: return filtered_t_mode<64>(mode);
-    case 128: return filtered_t_mode<128>(mode);
-    case 192: return filtered_t_mode<192>(mode);
-    case 256: return filtered_t_mode<256>(mode);
+    case 64: return moe_route_filtered_t_kernel<64>;
+    case 128: return moe_route_filtered_t_kernel<128>;
+    case 192: return moe_route_filtered_t_kernel<192>;
+    case 256: return moe_route_filtered_t_kernel<256>;
     default: return nullptr;
   }
-}
-
-/// Experiment switch (twenty-eighth session): MAGI2_ROUTER_GATE=global|ring|ring_r (default ring).
-int router_gate_mode(int64_t dh) {
-  const int c = env_choice("MAGI2_ROUTER_GATE", {"global", "ring", "ring_r"});
-  const int mode = c < 0 ? 1 : c;
-  return mode == 2 && dh > kRsMaxDh ? 1 : mode;
 }
 
 }  // namespace
@@ -702,7 +653,7 @@ bool moe_route_fused(const MoeRouteParams& p, SplitScratch& scratch, cudaStream_
   if (t == 0) return true;
   // The selection: kFiltered runs kWarp's for widths it has no kernel for and past top-7.
   const RouteKernelT tkernel =
-      select == RouteSelect::kFiltered && k + 1 <= kMaxFastTake ? filtered_t_kernel(ne, router_gate_mode(dh)) : nullptr;
+      select == RouteSelect::kFiltered && k + 1 <= kMaxFastTake ? filtered_t_kernel(ne) : nullptr;
   // Both split layouts hold the same units (3 x 16 bytes per 8 gate values).
   const int64_t units = static_cast<int64_t>(mh) * (dh / kChunkK) * (ne / 8) * 32;
   auto* split = static_cast<uint4*>(scratch.get(static_cast<size_t>(units) * kSplits * sizeof(uint4), s,
@@ -716,11 +667,9 @@ bool moe_route_fused(const MoeRouteParams& p, SplitScratch& scratch, cudaStream_
   static const bool opted_in = [shared] {  // not a stream operation: fine during graph capture
     MAGI2_CUDA_CHECK(cudaFuncSetAttribute(moe_route_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(shared)));
-    for (const int mode : {0, 1, 2})
-      for (const int ne : {64, 128, 192, 256})
-        MAGI2_CUDA_CHECK(cudaFuncSetAttribute(filtered_t_kernel(ne, mode),
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(route_filtered_shared(ne))));
+    for (const int ne : {64, 128, 192, 256})
+      MAGI2_CUDA_CHECK(cudaFuncSetAttribute(filtered_t_kernel(ne), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(route_filtered_shared(ne))));
     return true;
   }();
   (void)opted_in;
