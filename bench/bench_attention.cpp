@@ -345,12 +345,13 @@ double run_shape(Backend& be, Bench& b, const char* name, const std::vector<int3
                 "of copy |\n",
                 t_q, q_bytes / t_q * 1e-6, q_bytes / t_q * 1e-6 / copy);
     // The producer into the FP8 operands (AttnQkvParams::fp8) in each form: bf16 qkv in, e4m3 out (the
-    // default also writes bf16 k and v and reads them back: the GB/s counts only the bytes in and out).
+    // older forms also write bf16 k and v and read them back: the GB/s counts only the bytes in and out).
     AttnQkvParams p8q = qkv_p;
     p8q.fp8 = true;
     p8q.cu_seqlens = d_cu;
     const std::pair<const char*, cuda::AttnQkvFp8Kernel> forms[] = {
-        {"q in the producer, k and v quantised (the default)", cuda::AttnQkvFp8Kernel::kQInProducer},
+        {"one kernel a key tile (the default)", cuda::AttnQkvFp8Kernel::kTiles},
+        {"q in the producer, k and v quantised", cuda::AttnQkvFp8Kernel::kQInProducer},
         {"two-pass: attn_qkv + the quantiser", cuda::AttnQkvFp8Kernel::kTwoPass}};
     for (const auto& [what, form] : forms) {
       const double t_p = b.time([&] { cuda::attn_qkv_fp8_variant(p8q, st, form); });

@@ -60,6 +60,16 @@ FlashFp8Operands attention_fp8_layout(void* base, int64_t t, int64_t h, int64_t 
 void attention_fp8_quantize(const AttentionParams& p, const AttentionShape& a, const FlashFp8Operands& f,
                             cudaStream_t s, bool with_q = true);
 
+/// AttnQkvParams::fp8's default form (attn_qkv_fp8.cu): FP8 attention's
+/// operands in `f` straight from p.qkv, one kernel, every byte and scale those
+/// of attn_qkv + attention_fp8_quantize; p.q, p.k and p.v are not written.
+/// t, h, half: check_attn_qkv(p)'s tokens, heads and rotary half (head dim
+/// 128, half a multiple of 8, 16-byte aligned rows: attn_qkv_fp8_variant
+/// checks them); nseq samples in p.cu_seqlens. Enqueues on `s`, no host wait.
+/// Throws Error past 65,535 key tiles or heads.
+void attn_qkv_fp8_tiles(const AttnQkvParams& p, int64_t t, int64_t h, int64_t half, int64_t nseq,
+                        const FlashFp8Operands& f, cudaStream_t s);
+
 /// FP8 kernel variants, for measurements (bench_attention --fp8). kDefault:
 /// the two consumer warpgroups issue their GEMMs independently (no
 /// ping-pong), two-stage rings, every exponential of the softmax on the SFU

@@ -142,13 +142,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     *reinterpret_cast<uint32_t*>(vs + (warp + i * kWarps) * kVtStride + 4 * lane) = w;
   }
   __syncthreads();
-  // V^T rows d = warp, warp + 8, ...: lane writes logical keys 4 lane .. 4 lane + 3.
-  uint8_t* vt = f.vt + static_cast<int64_t>(head) * kHD * f.vt_cols + static_cast<int64_t>(tile) * kAttnTile;
-  for (int d = warp; d < kHD; d += kWarps) {
-    uint32_t w = 0;
-    for (int u = 0; u < 4; ++u) w |= static_cast<uint32_t>(vs[fp8_vt_key(4 * lane + u) * kVtStride + d]) << (8 * u);
-    reinterpret_cast<uint32_t*>(vt + d * f.vt_cols)[lane] = w;
-  }
+  store_vt_tile(vs, kVtStride, f.vt + static_cast<int64_t>(head) * kHD * f.vt_cols + static_cast<int64_t>(tile) * kAttnTile,
+                f.vt_cols, warp, kWarps, lane);
 }
 
 // The scratch of one (device, stream): grown to the largest call's bytes, owned for the process.

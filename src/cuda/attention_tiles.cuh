@@ -37,4 +37,19 @@ __device__ __forceinline__ bool attn_tile(int tile, const int32_t* __restrict__ 
   return false;
 }
 
+/// Writes one key tile of V^T from its e4m3 rows in shared memory: vs holds
+/// key r's 128 dims at vs + r * stride (keys past the sample's end as zeros),
+/// vt points at column 128 tile of head row 0 ([H, 128, vt_cols] layout of
+/// FlashFp8Operands::vt). Row d of the tile holds the keys in fp8_vt_key
+/// order; warp w of `warps` writes rows w, w + warps, ..., lane its keys
+/// 4 lane .. 4 lane + 3. The caller synchronises vs before.
+__device__ __forceinline__ void store_vt_tile(const uint8_t* vs, int stride, uint8_t* vt, int64_t vt_cols,
+                                              int warp, int warps, int lane) {
+  for (int d = warp; d < 128; d += warps) {
+    uint32_t w = 0;
+    for (int u = 0; u < 4; ++u) w |= static_cast<uint32_t>(vs[fp8_vt_key(4 * lane + u) * stride + d]) << (8 * u);
+    reinterpret_cast<uint32_t*>(vt + d * vt_cols)[lane] = w;
+  }
+}
+
 }  // namespace magi2::cuda

@@ -12,15 +12,18 @@
 // backends). Two producer kernels (attn_qkv_variant.h): the default keeps a
 // lane's 8 elements in registers (shared memory only transposes them for the
 // sum); the general one, its oracle, works on the vector in shared memory.
-// With FP8 attention (AttnQkvParams::fp8) the default kernel writes q as that
-// attention's e4m3 operand with its row scale, and the quantiser of
-// attention_fp8.cu takes k and v only: the bytes of the two passes.
+// With FP8 attention (AttnQkvParams::fp8) the default is one kernel a (head,
+// key tile) that writes only the attention's e4m3 operands (attn_qkv_fp8.cu);
+// the older forms stay for measurements (attn_glue_variants.h): the register
+// kernel with q as e4m3 and k, v quantised by attention_fp8.cu's kernel, and
+// the two passes. All give the same bytes.
 #include <cmath>
 #include <cstdint>
 
 #include "cuda/attention_flash.h"
 #include "cuda/attn_ops.h"
 #include "cuda/attn_glue_variants.h"
+#include "cuda/attn_rows.cuh"
 #include "cuda/cuda_common.h"
 #include "cuda/device_fp.cuh"
 #include "cuda/env_choice.h"
@@ -36,39 +39,13 @@ namespace {
 using dev::bf16_to_f32;
 using dev::f32_to_bf16;
 using dev::round_bf16;
+using glue::kRegHd;
+using glue::kRegStride;
+using glue::load8;
+using glue::store8;
 
 constexpr int kThreads = 256;
 constexpr int kVecs = kThreads / 16;  // (row, head) vectors per block
-
-/// 8 bf16 values at p as fp32 (one 16-byte load when `vec`).
-__device__ __forceinline__ void load8(const uint16_t* p, bool vec, float* f) {
-  if (vec) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      f[2 * j] = bf16_to_f32(static_cast<uint16_t>(w[j] & 0xffffu));
-      f[2 * j + 1] = bf16_to_f32(static_cast<uint16_t>(w[j] >> 16));
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] = bf16_to_f32(p[j]);
-  }
-}
-
-/// Stores 8 fp32 values at p as bf16 (one 16-byte store when `vec`).
-__device__ __forceinline__ void store8(uint16_t* p, bool vec, const float* f) {
-  if (vec) {
-    uint32_t w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      w[j] = static_cast<uint32_t>(f32_to_bf16(f[2 * j])) | (static_cast<uint32_t>(f32_to_bf16(f[2 * j + 1])) << 16);
-    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) p[j] = f32_to_bf16(f[j]);
-  }
-}
 
 /// exp(lse - logaddexp(lse, sink)) with the CPU's operation sequence (glibc-exact exp; log1pf is CUDA's).
 __device__ __forceinline__ float sink_factor(float lse, float sink) {
@@ -148,16 +125,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// 1 / sqrt(mean square + eps) of the vector xv with rms_norm's summation order (lane j: i = j mod 16).
-__device__ __forceinline__ float inv_rms(const float* xv, int hd, int lane, unsigned mask, float eps) {
-  float acc = 0.f;
-  for (int i = lane; i < hd; i += 16) acc += xv[i] * xv[i];
-  for (int off = 8; off >= 1; off /= 2) acc += __shfl_down_sync(mask, acc, off, 16);
-  acc = __shfl_sync(mask, acc, 0, 16);
-  const float ms = acc * (1.0f / static_cast<float>(hd));
-  return 1.0f / sqrtf(ms + eps);
-}
-
 // The default producer for 16-byte aligned rows, head dim 128 and a rotary
 // half that is a multiple of 8 (the DiT's 48): one half-warp per (token, head)
 // does its q, k and v (one index read, three 16-byte loads in flight, one read
@@ -167,50 +134,8 @@ __device__ __forceinline__ float inv_rms(const float* xv, int hd, int lane, unsi
 // words; the two half-warps of a warp sit 16 banks apart, so no conflicts);
 // the gains and the table come as 16-byte loads; rope's partner element
 // i +- half comes from lane +- half / 8 by one shuffle per element. The same
-// fp32 operations as attn_qkv_kernel in the same order, so the same bytes.
-constexpr int kRegHd = 128;
-constexpr int kRegStride = 2 * kRegHd + 16;  // floats per half-warp in shared memory: q, k, and a 16-bank offset
-
-__device__ __forceinline__ void load8_f32(const float* p, float* f) {
-  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
-
-/// rms_norm's fp32 output of this lane's 8 elements f (raw values, also in xv
-/// for the sum) with the gains w8 (the lane's 8).
-__device__ __forceinline__ void norm8(float* f, const float* xv, const float* w8, int lane, unsigned mask,
-                                      float eps) {
-  const float rs = inv_rms(xv, kRegHd, lane, mask, eps);
-  float w[8];
-  load8_f32(w8, w);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) f[j] = (f[j] * rs) * (w[j] + 1.0f);
-}
-
-/// rope on this lane's 8 normalised elements f: lanes below hl hold the first
-/// rotary half, the next hl lanes the second, the rest pass through.
-__device__ __forceinline__ void rope8(float* f, const float* sn, const float* cs, int lane, int hl, int partner,
-                                      unsigned mask) {
-  float p[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) p[j] = __shfl_sync(mask, f[j], partner, 16);
-  if (lane < hl) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float a = f[j] * cs[j];
-      const float b = (-p[j]) * sn[j];
-      f[j] = a + b;
-    }
-  } else if (lane < 2 * hl) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float c = f[j] * cs[j];
-      const float d = p[j] * sn[j];
-      f[j] = c + d;
-    }
-  }
-}
-
+// fp32 operations as attn_qkv_kernel in the same order, so the same bytes
+// (the steps in attn_rows.cuh).
 // kQ8 (AttnQkvParams::fp8): q goes out as FP8 attention's e4m3 operand with its row scale (q8 [T, H, 128],
 // sq [T, H]: the bytes attention_fp8_quantize makes of the bf16 q) instead of bf16.
 template <bool kQ8>
@@ -246,29 +171,11 @@ __global__ void __launch_bounds__(kThreads)
   const uint4 rq = *reinterpret_cast<const uint4*>(x), rk = *reinterpret_cast<const uint4*>(x + d);
   *reinterpret_cast<uint4*>(v + o) = *reinterpret_cast<const uint4*>(x + 2 * d);
   float fq[8], fk[8];
-  load8(reinterpret_cast<const uint16_t*>(&rq), true, fq);
-  load8(reinterpret_cast<const uint16_t*>(&rk), true, fk);
-  float* xq = buf + (threadIdx.x / 16) * kRegStride;
-  float* xk = xq + kRegHd;
-  *reinterpret_cast<float4*>(xq + lane * 8) = make_float4(fq[0], fq[1], fq[2], fq[3]);
-  *reinterpret_cast<float4*>(xq + lane * 8 + 4) = make_float4(fq[4], fq[5], fq[6], fq[7]);
-  *reinterpret_cast<float4*>(xk + lane * 8) = make_float4(fk[0], fk[1], fk[2], fk[3]);
-  *reinterpret_cast<float4*>(xk + lane * 8 + 4) = make_float4(fk[4], fk[5], fk[6], fk[7]);
   const unsigned mask = (threadIdx.x & 16) ? 0xffff0000u : 0x0000ffffu;
-  __syncwarp(mask);
   const int64_t wo = static_cast<int64_t>(dev::group_of(cu, groups, s)) * kRegHd + lane * 8;
-  norm8(fq, xq, q_norm + wo, lane, mask, eps);
-  norm8(fk, xk, k_norm + wo, lane, mask, eps);
-  const int hl = half / 8;  // lanes per rotary half
-  const int partner = lane < hl ? lane + hl : lane < 2 * hl ? lane - hl : lane;
-  float sn[8] = {}, cs[8] = {};
-  if (lane < 2 * hl) {
-    const int c = (lane < hl ? lane : lane - hl) * 8;  // the table column of this lane's first element
-    load8_f32(table + n * ldt + c, sn);
-    load8_f32(table + n * ldt + half + c, cs);
-  }
-  rope8(fq, sn, cs, lane, hl, partner, mask);
-  rope8(fk, sn, cs, lane, hl, partner, mask);
+  float* xq = buf + (threadIdx.x / 16) * kRegStride;
+  glue::qk_norm_rope8(rq, rk, xq, xq + kRegHd, q_norm + wo, k_norm + wo, table + n * ldt, half, lane, mask, eps, fq,
+                      fk);
   if constexpr (kQ8) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) fq[j] = round_bf16(fq[j]);  // the bf16 q attention_fp8_quantize would read
@@ -418,9 +325,12 @@ void check_thd(const Tensor& x, const Shape& shape, const char* what) {
 
 void attn_qkv(const AttnQkvParams& p, cudaStream_t s) {
   if (!p.fp8) return attn_qkv_variant(p, s, AttnQkvKernel::kAuto);
-  // MAGI2_ATTN_QKV_FP8 (a measurement knob, attn_glue_variants.h): q-in-producer (default) or two-pass.
-  const int two_pass = env_choice("MAGI2_ATTN_QKV_FP8", {"q-in-producer", "two-pass"}) == 1;
-  attn_qkv_fp8_variant(p, s, two_pass ? AttnQkvFp8Kernel::kTwoPass : AttnQkvFp8Kernel::kQInProducer);
+  // MAGI2_ATTN_QKV_FP8 (a measurement knob, attn_glue_variants.h): tiles (default), q-in-producer or two-pass.
+  const int form = env_choice("MAGI2_ATTN_QKV_FP8", {"tiles", "q-in-producer", "two-pass"});
+  attn_qkv_fp8_variant(p, s,
+                       form == 2   ? AttnQkvFp8Kernel::kTwoPass
+                       : form == 1 ? AttnQkvFp8Kernel::kQInProducer
+                                   : AttnQkvFp8Kernel::kTiles);
 }
 
 void attn_qkv_fp8_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvFp8Kernel which) {
@@ -446,6 +356,7 @@ void attn_qkv_fp8_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvFp8Kern
   ap.v = p.v;
   AttentionShape as;
   as.t = a.t, as.h = a.h, as.hd = a.hd, as.nseq = nseq, as.cu = cs.data_as<int32_t>();
+  if (which == AttnQkvFp8Kernel::kTiles) return attn_qkv_fp8_tiles(p, a.t, a.h, a.half, nseq, f, s);
   if (which == AttnQkvFp8Kernel::kTwoPass) {
     attn_qkv_variant(p, s, AttnQkvKernel::kAuto);
     return attention_fp8_quantize(ap, as, f, s);

@@ -23,8 +23,10 @@ void attn_qkv_variant(const AttnQkvParams& p, cudaStream_t s, AttnQkvKernel kern
 
 /// Which form of AttnQkvParams::fp8 runs (attn_glue.cu).
 enum class AttnQkvFp8Kernel {
+  kTiles,        ///< one kernel, a CTA per (head, key tile): q, k and v go out as e4m3 only (attn_qkv_fp8_tiles,
+                 ///< the default)
   kQInProducer,  ///< the register kernel writes q as e4m3 + row scales (and k, v bf16); the quantiser takes
-                 ///< k and v only (the default)
+                 ///< k and v only
   kTwoPass,      ///< attn_qkv's bf16 q, k, v, then attention_fp8_quantize of all three (the path before)
 };
 

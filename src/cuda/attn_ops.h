@@ -62,7 +62,7 @@ void attention_fp32(const AttentionParams& p, cudaStream_t s);
 /// uploaded on its first call, which must be outside stream capture.
 void block_sparse_attention(const BlockSparseAttentionParams& p, cudaStream_t s);
 /// AttnQkvParams: one kernel, bit-identical to rms_norm + rope + gather_rows (attn_glue.cu). With p.fp8:
-/// FP8 attention's operands (attn_qkv_fp8_variant, attn_glue_variants.h), p.q not written.
+/// FP8 attention's operands (attn_qkv_fp8_variant, attn_glue_variants.h), p.q, p.k and p.v not written.
 void attn_qkv(const AttnQkvParams& p, cudaStream_t s);
 /// The checked shape of an attn_qkv call: tokens, heads, head dim, rotary half (attn_glue.cu).
 struct AttnQkvShape {

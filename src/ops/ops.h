@@ -232,9 +232,9 @@ struct AttnQkvParams {
   float eps = 1e-6f;
   /// FP8 attention follows (AttentionParams::fp8 and fp8_from_qkv on the same
   /// q, k, v, with these cu_seqlens [nseq+1] i32 on the backend's device): CUDA
-  /// then also makes that call's e4m3 operands and scales (q quantised here, not
-  /// written as bf16: one pass over q less; needs head dim 128); the CPU writes
-  /// q, k, v as without it.
+  /// then makes that call's e4m3 operands and scales instead, and leaves q, k
+  /// and v unwritten (one kernel, no bf16 pass over them; needs head dim 128);
+  /// the CPU writes q, k, v as without it.
   bool fp8 = false;
   Tensor cu_seqlens;
 };

@@ -19,8 +19,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <string>
 #include <numeric>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -343,10 +344,11 @@ TEST_F(CudnnAttentionTest, AttnQkvMatchesCpuBitForBit) {
   }
 }
 
-// AttnQkvParams::fp8 (attn_glue.cu): the producer that writes q as FP8 attention's operand (k and v then
-// quantised alone) gives, in each of its forms, every byte of attn_qkv + attention_fp8_quantize (e4m3 q,
-// k, V^T and the scales; both buffers start from the same fill, so the columns of tiles past the last
-// sample compare too), and attention with fp8_from_qkv then gives the o and lse of the two-pass path.
+// AttnQkvParams::fp8 (attn_glue.cu, attn_qkv_fp8.cu): the producer of FP8 attention's operands gives, in
+// each of its forms (one kernel a key tile, the default; q in the producer with k and v quantised alone;
+// two passes), every byte of attn_qkv + attention_fp8_quantize (e4m3 q, k, V^T and the scales; both
+// buffers start from the same fill, so the columns of tiles past the last sample compare too), and
+// attention with fp8_from_qkv then gives the o and lse of the two-pass path.
 // Edges: a 1-token and an empty sample, bad source rows (zeros), three modality groups, qkv as a
 // row-strided slice.
 TEST_F(CudnnAttentionTest, AttnQkvFp8MatchesTheTwoPassPath) {
@@ -412,9 +414,13 @@ TEST_F(CudnnAttentionTest, AttnQkvFp8MatchesTheTwoPassPath) {
     };
     gpu_->attn_qkv(p8);
     check("the op");
-    ASSERT_EQ(cudaMemsetAsync(one.q - l.q, 0x5a, static_cast<size_t>(l.bytes), s), cudaSuccess);
-    cuda::attn_qkv_fp8_variant(p8, s, cuda::AttnQkvFp8Kernel::kTwoPass);
-    check("two-pass");
+    for (const auto& [form, kernel] : {std::pair{"tiles", cuda::AttnQkvFp8Kernel::kTiles},
+                                       std::pair{"q-in-producer", cuda::AttnQkvFp8Kernel::kQInProducer},
+                                       std::pair{"two-pass", cuda::AttnQkvFp8Kernel::kTwoPass}}) {
+      ASSERT_EQ(cudaMemsetAsync(one.q - l.q, 0x5a, static_cast<size_t>(l.bytes), s), cudaSuccess);
+      cuda::attn_qkv_fp8_variant(p8, s, kernel);
+      check(form);
+    }
     gpu_->attn_qkv(p8);
     AttentionParams from = pa;
     from.fp8_from_qkv = true;
