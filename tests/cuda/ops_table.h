@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -93,8 +94,23 @@ class CaseBuilder {
   OpCase c_;
 };
 
+// Helpers of the entry files (ops_table*.cpp), defined in ops_table.cpp.
+
+/// The dimensions joined with "x" (the shape column: "2048x3072").
+std::string dims(std::initializer_list<int64_t> d);
+/// Three row groups (one per modality) ending at rows a, b and rows.
+Groups three_groups(int64_t a, int64_t b, int64_t rows);
+/// A permutation of [0, n) (Fisher-Yates on the builder's stream).
+std::vector<int32_t> permutation(CaseBuilder& b, int64_t n);
+
 /// The table (built once; inputs are made per backend by OpEntry::make).
 std::vector<OpEntry> backend_op_table();
+
+/// The attention ops' entries (ops_table_attention.cpp), part of the table.
+std::vector<OpEntry> attention_op_entries();
+
+/// The mHC and MoE ops' entries (ops_table_mhc_moe.cpp), part of the table.
+std::vector<OpEntry> mhc_moe_op_entries();
 
 /// The Qwen3.5 text encoder's entries (ops_table_text.cpp), part of the table.
 std::vector<OpEntry> text_encoder_op_entries();

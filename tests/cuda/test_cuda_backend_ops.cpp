@@ -1,5 +1,5 @@
 // One op test table for every backend (issue 9 item 6, in the spirit of
-// llama.cpp's test-backend-ops): each entry of tests/cuda/ops_table.cpp runs on
+// llama.cpp's test-backend-ops): each entry of tests/cuda/ops_table*.cpp runs on
 // the CPU reference backend and on CUDA from the same seeded inputs, and the
 // outputs are compared with the tolerance the entry states; one line per entry.
 // With MAGI2_OPS_PERF=1 a second test times every entry on CUDA (CUDA events,
